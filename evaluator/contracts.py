@@ -1,0 +1,118 @@
+"""Pydantic contracts of the evaluator: what a caller asks for and the verdict it gets back."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+
+class Status(str, enum.Enum):
+    """Outcome of one evaluation, ordered roughly by how far the candidate got."""
+
+    TRUNCATED = "truncated"  # the response was cut off mid-file: nothing to compile
+    SYNTAX_ERROR = "syntax_error"
+    INVALID = "invalid"  # parses, but is not a candidate (no ModelNew)
+    SKIPPED = "skipped"  # cannot run here (e.g. CUDA code on a machine without a GPU)
+    COMPILE_ERROR = "compile_error"  # building or loading the module failed
+    RUNTIME_ERROR = "runtime_error"  # constructing or calling ModelNew failed, or the child died
+    TIMEOUT = "timeout"
+    INCORRECT = "incorrect"
+    LEAK = "leak"
+    CHEAT = "cheat"  # caught gaming the judge
+    CORRECT = "correct"
+
+
+class Limits(BaseModel):
+    """Resource limits for one candidate child process."""
+
+    timeout_s: float = 900.0
+    memory_mb: int = 16_384  # host RSS (and address space on CPU runs)
+
+
+class EvalSettings(BaseModel):
+    """How to evaluate: shared by every candidate of a batch."""
+
+    device: str = "cpu"  # "cpu" or "cuda"
+    size: str = "full"  # "full" or "small" (the problem's small variant)
+    trials: int = Field(3, ge=1)
+    leak_calls: int = Field(10, ge=2)
+    timing: bool = True
+    warmup_ms: float = 100.0
+    rep_ms: float = 1000.0
+    min_reps: int = 10
+    max_reps: int = 1000
+    compile_baseline: bool = False  # also time torch.compile(reference)
+    limits: Limits = Field(default_factory=Limits)
+    build_root: Path | None = None  # content-addressed build cache; default ~/.cache/kforge/builds
+    jobs: int = Field(2, ge=1)  # parallel compiles
+
+
+class TimingStats(BaseModel):
+    """Summary of repeated timings, in milliseconds."""
+
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    p20_ms: float
+    p80_ms: float
+    std_ms: float
+    cv: float  # std / mean
+    reps: int
+    method: str  # "cuda_events+l2_flush" or "perf_counter"
+
+
+class Mismatch(BaseModel):
+    """Where a candidate's output differs most from the reference's."""
+
+    trial: int
+    max_abs_err: float
+    max_rel_err: float
+    worst_index: list[int]
+    expected: float | None = None
+    got: float | None = None
+    bad_fraction: float = 0.0
+    reason: str = ""  # shape/dtype/nan mismatch and the like
+
+
+class Evidence(BaseModel):
+    """What backs a status: whichever of these the stages produced."""
+
+    cause: str = ""  # one line a human reads first
+    hint: str = ""  # the likely root cause, when kforge recognises it
+    log_tail: str = ""  # compiler output or traceback (trimmed)
+    stage: str = ""  # stage that failed: parse, compile, correctness, leak, timing
+    mismatch: Mismatch | None = None
+    max_abs_err: float | None = None
+    leaked_bytes: dict[str, int] = Field(default_factory=dict)
+    peak_memory: dict[str, int] = Field(default_factory=dict)
+    compile_s: float | None = None
+    cache_hit: bool | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class Verdict(BaseModel):
+    """The evaluator's answer for one candidate; callers store it, the evaluator never does."""
+
+    status: Status
+    problem: str
+    solution_sha256: str
+    solution_path: str | None = None
+    device: str
+    device_name: str = ""
+    size: str = "full"
+    evidence: Evidence = Field(default_factory=Evidence)
+    candidate: TimingStats | None = None
+    reference: TimingStats | None = None
+    compiled_reference: TimingStats | None = None
+    speedup: float | None = None  # reference median / candidate median, only when correct
+    speedup_vs_compile: float | None = None
+    torch_version: str = ""
+    cuda_version: str | None = None
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.CORRECT

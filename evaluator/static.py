@@ -1,0 +1,51 @@
+"""Checks that need no execution: is the file a whole Python module with a ModelNew, and does it need CUDA."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from pydantic import BaseModel
+
+from evaluator.contracts import Status
+
+# Messages CPython gives when the text stops in the middle of a construct.
+_CUT_OFF = re.compile(r"unterminated (triple-quoted )?string|was never closed|unexpected EOF|expected an indented block")
+_CUDA_HINTS = re.compile(r"cuda_sources\s*=|\.cuda\(\)|device\s*=\s*['\"]cuda|__global__|<<<")
+
+
+class StaticCheck(BaseModel):
+    """None as status means the source looks like a runnable candidate."""
+
+    status: Status | None = None
+    cause: str = ""
+    needs_cuda: bool = False
+
+
+def _syntax_cause(source: str, exc: SyntaxError) -> StaticCheck:
+    where = f"line {exc.lineno} of {source.count(chr(10)) + 1}"
+    if _CUT_OFF.search(exc.msg or ""):
+        return StaticCheck(status=Status.TRUNCATED, cause=f"response cut off: {exc.msg} ({where}); the file ends mid-construct")
+    return StaticCheck(status=Status.SYNTAX_ERROR, cause=f"SyntaxError: {exc.msg} ({where})")
+
+
+def _defines_model_new(tree: ast.Module) -> bool:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "ModelNew":
+            return True
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ModelNew" for t in node.targets):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == "ModelNew" for a in node.names):
+            return True
+    return False
+
+
+def check_source(source: str) -> StaticCheck:
+    """Parse without running: truncation, syntax errors and a missing ModelNew cost no compile."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return _syntax_cause(source, exc)
+    if not _defines_model_new(tree):
+        return StaticCheck(status=Status.INVALID, cause="no ModelNew defined at module level")
+    return StaticCheck(needs_cuda=bool(_CUDA_HINTS.search(source)))
