@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import traceback
 from pathlib import Path
 
 import torch
 
-from evaluator import leaks, loading, timing, trials
+from evaluator import hardware, leaks, loading, timing, trials
 
 
 class Channel:
@@ -35,15 +34,8 @@ def _strict_fp32() -> None:
     torch.set_float32_matmul_precision("highest")
 
 
-def _cpu_name() -> str:
-    with open("/proc/cpuinfo") as fh:
-        names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
-    return names[0] if names else platform.machine()
-
-
 def _environment(device: str) -> dict:
-    name = torch.cuda.get_device_name() if device == "cuda" else _cpu_name()
-    return {"device_name": name, "torch_version": torch.__version__, "cuda_version": torch.version.cuda}
+    return {"device_name": hardware.device_name(device), "torch_version": torch.__version__, "cuda_version": torch.version.cuda}
 
 
 def _sync(device: str):

@@ -1,0 +1,27 @@
+"""kforge's results database: problems, solutions, evaluations and LLM generations.
+
+Stores plain values handed over by callers; knows nothing of the evaluator or the pipeline.
+"""
+
+from db.database import (
+    ORIGINS,
+    ConflictError,
+    Database,
+    DatabaseError,
+    NotFoundError,
+    default_url,
+)
+from db.rows import EvaluationRow, GenerationRow, LeaderRow, SolutionRow
+
+__all__ = [
+    "ORIGINS",
+    "ConflictError",
+    "Database",
+    "DatabaseError",
+    "EvaluationRow",
+    "GenerationRow",
+    "LeaderRow",
+    "NotFoundError",
+    "SolutionRow",
+    "default_url",
+]

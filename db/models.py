@@ -1,0 +1,147 @@
+"""ORM schema of the kforge results database (SQLAlchemy 2.0 typed declarative).
+
+The tables store plain values handed over by callers; nothing here knows the evaluator or the pipeline.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, MetaData, String, Text, TypeDecorator
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores UTC, returns aware datetimes: SQLite drops tzinfo, so normalise both ways."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+def utcnow() -> datetime:
+    """Python-side default, so timestamps keep microseconds on every backend."""
+    return datetime.now(UTC)
+
+
+# Names for constraints and indexes, so a later Alembic migration can refer to them.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class Base(DeclarativeBase):
+    """Declarative base with the project's type map and naming convention."""
+
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {
+        datetime: UTCDateTime(),
+        str: String(),
+        dict[str, Any]: JsonType,
+        list[dict[str, Any]]: JsonType,
+    }
+
+
+class Problem(Base):
+    """A reference problem, keyed by its unique name."""
+
+    __tablename__ = "problems"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(unique=True)
+    level: Mapped[int]
+    path: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Solution(Base):
+    """A candidate source, deduplicated by content hash; parent_id records repair lineage."""
+
+    __tablename__ = "solutions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sha256: Mapped[str] = mapped_column(unique=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), index=True)
+    path: Mapped[str | None] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(Text)
+    origin: Mapped[str] = mapped_column(default="submitted")  # seed|example|repair|generated|submitted
+    model: Mapped[str | None]
+    seed_id: Mapped[str | None]
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("solutions.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    problem: Mapped[Problem] = relationship(lazy="joined")
+    parent: Mapped[Solution | None] = relationship(remote_side=[id])
+
+
+class Evaluation(Base):
+    """One verdict of the evaluator for one solution on one device and size."""
+
+    __tablename__ = "evaluations"
+    __table_args__ = (
+        Index("ix_evaluations_lookup", "solution_id", "device_name", "size"),
+        Index("ix_evaluations_board", "status", "speedup", "solution_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    solution_id: Mapped[int] = mapped_column(ForeignKey("solutions.id"))
+    status: Mapped[str]
+    cause: Mapped[str] = mapped_column(Text, default="")
+    evidence: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    device: Mapped[str]  # "cpu" or "cuda"
+    device_name: Mapped[str] = mapped_column(default="")
+    size: Mapped[str] = mapped_column(default="full")  # "full" or "small"
+    candidate_ms: Mapped[float | None]
+    candidate_std_ms: Mapped[float | None]
+    reference_ms: Mapped[float | None]
+    compiled_reference_ms: Mapped[float | None]
+    speedup: Mapped[float | None]
+    speedup_vs_compile: Mapped[float | None]
+    torch_version: Mapped[str] = mapped_column(default="")
+    cuda_version: Mapped[str | None]
+    timings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    wall_s: Mapped[float] = mapped_column(default=0.0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    solution: Mapped[Solution] = relationship(lazy="joined")
+
+
+class Generation(Base):
+    """One paid LLM call; request_hash lets the pipeline reuse a response instead of paying twice."""
+
+    __tablename__ = "generations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), index=True)
+    request_hash: Mapped[str] = mapped_column(index=True)
+    provider: Mapped[str]
+    model: Mapped[str]
+    prompt: Mapped[list[dict[str, Any]]]  # chat messages
+    response: Mapped[str] = mapped_column(Text)
+    prompt_tokens: Mapped[int] = mapped_column(default=0)
+    completion_tokens: Mapped[int] = mapped_column(default=0)
+    cost_usd: Mapped[float | None]
+    latency_s: Mapped[float] = mapped_column(default=0.0)
+    turn: Mapped[int] = mapped_column(default=0)
+    parent_generation_id: Mapped[int | None] = mapped_column(ForeignKey("generations.id"))
+    solution_id: Mapped[int | None] = mapped_column(ForeignKey("solutions.id"))
+    extraction_status: Mapped[str] = mapped_column(default="ok")  # ok|truncated|no_code|no_model_new
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    problem: Mapped[Problem] = relationship(lazy="joined")
+    solution: Mapped[Solution | None] = relationship(lazy="joined")

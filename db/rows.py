@@ -1,0 +1,94 @@
+"""Frozen, session-free copies of database rows: callers never hold live ORM objects."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class SolutionRow(_Row):
+    """A stored candidate; parent_sha256 links it to the solution it was repaired from."""
+
+    id: int
+    sha256: str
+    problem: str
+    path: str | None
+    source: str
+    origin: str
+    model: str | None
+    seed_id: str | None
+    parent_sha256: str | None
+    created_at: datetime
+
+
+class EvaluationRow(_Row):
+    """One stored verdict, with the solution and problem it belongs to."""
+
+    id: int
+    solution_sha256: str
+    solution_path: str | None
+    problem: str
+    model: str | None
+    status: str
+    cause: str
+    evidence: dict[str, Any]
+    device: str
+    device_name: str
+    size: str
+    candidate_ms: float | None
+    candidate_std_ms: float | None
+    reference_ms: float | None
+    compiled_reference_ms: float | None
+    speedup: float | None
+    speedup_vs_compile: float | None
+    torch_version: str
+    cuda_version: str | None
+    timings: dict[str, Any]
+    wall_s: float
+    created_at: datetime
+
+
+class LeaderRow(_Row):
+    """Per-problem summary: the best correct speedup and how the evaluations went."""
+
+    problem: str
+    level: int
+    n_solutions: int
+    n_evaluations: int
+    status_counts: dict[str, int] = Field(default_factory=dict)
+    best_speedup: float | None = None
+    best_sha256: str | None = None
+    best_path: str | None = None
+    best_model: str | None = None
+    best_device_name: str | None = None
+    best_size: str | None = None
+    candidate_ms: float | None = None
+    reference_ms: float | None = None
+    speedup_vs_compile: float | None = None
+
+
+class GenerationRow(_Row):
+    """One stored LLM call and the candidate extracted from it, if any."""
+
+    id: int
+    problem: str
+    request_hash: str
+    provider: str
+    model: str
+    prompt: list[dict[str, Any]]
+    response: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    latency_s: float
+    turn: int
+    parent_generation_id: int | None
+    solution_sha256: str | None
+    extraction_status: str
+    created_at: datetime

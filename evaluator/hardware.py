@@ -1,0 +1,24 @@
+"""Which device a run is on, named the same way by the parent (for cache lookups) and by the child."""
+
+from __future__ import annotations
+
+import platform
+
+import torch
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
+    except OSError:
+        names = []
+    return names[0] if names else platform.machine()
+
+
+def device_name(device: str) -> str:
+    return torch.cuda.get_device_name() if device == "cuda" else cpu_name()
+
+
+def auto_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"

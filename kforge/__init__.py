@@ -1,0 +1,1 @@
+"""kforge: turn LLMs into CUDA-kernel optimizers and judge their kernels honestly."""

@@ -1,0 +1,290 @@
+"""The `kforge` command line: thin wiring of problems -> evaluator -> db, with one-line errors for bad input."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Iterable, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from db import Database, DatabaseError, EvaluationRow
+from evaluator import CandidateJob, EvalSettings, EvaluatorError, Limits, Verdict, evaluate
+from evaluator.hardware import auto_device, device_name
+from evaluator.static import check_source
+from kforge import record
+from kforge.settings import Settings
+from reference_problems import Problem, ProblemError, list_problems, resolve_problem
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Judge LLM-written kernels: compile, correctness, leaks, speed.")
+out = Console()
+err = Console(stderr=True)
+
+DbOpt = Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")]
+SizeOpt = Annotated[str, typer.Option("--size", help="full, small, or auto (small on CPU, full on CUDA)")]
+ProblemOpt = Annotated[Optional[str], typer.Option("--problem", "-p", help="registered name or path to a KernelBench .py")]
+
+
+class UserError(Exception):
+    """Bad input: reported as one line, exit code 2, nothing stored is touched."""
+
+
+def friendly(fn):
+    """Turn every known failure into `kforge: error: ...` and exit 2, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (UserError, ProblemError, DatabaseError, EvaluatorError) as exc:
+            err.print(f"kforge: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def open_db(url: str | None) -> Database:
+    url = url or Settings().db
+    return Database(url) if url else Database.default()
+
+
+def eval_settings(device: str | None, size: str, jobs: int = 2) -> EvalSettings:
+    cfg = Settings()
+    device = device or cfg.device or auto_device()
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"--device must be cpu or cuda, not '{device}'")
+    if size == "auto":
+        size = "small" if device == "cpu" else "full"
+    if size not in ("full", "small"):
+        raise UserError(f"--size must be full, small or auto, not '{size}'")
+    limits = Limits(timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
+    return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root)
+
+
+def candidate_file(path: Path) -> Path:
+    """A readable .py text file; its contents are judged by the evaluator, not here."""
+    if not path.is_file():
+        raise UserError(f"no such file: {path}")
+    if path.suffix != ".py":
+        raise UserError(f"{path} is not a Python file (expected a .py candidate)")
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not a Python file (not UTF-8 text)") from None
+    return path.resolve()
+
+
+def problem_for(path: Path, problem: str | None) -> Problem:
+    """--problem wins; otherwise solutions/<problem>/<file>.py names it."""
+    if problem:
+        return resolve_problem(problem)
+    try:
+        return resolve_problem(path.parent.name)
+    except ProblemError:
+        raise UserError(f"cannot infer the problem of {path} (its folder '{path.parent.name}' is no problem); pass --problem") from None
+
+
+def verdict_line(v: Verdict, evaluation_id: int | None, reused: bool = False) -> dict:
+    return {"status": v.status.value, "speedup": v.speedup, "speedup_vs_compile": v.speedup_vs_compile,
+            "problem": v.problem, "solution_sha256": v.solution_sha256, "path": v.solution_path,
+            "cause": v.evidence.cause, "hint": v.evidence.hint, "candidate_ms": v.candidate.median_ms if v.candidate else None,
+            "reference_ms": v.reference.median_ms if v.reference else None, "device_name": v.device_name,
+            "size": v.size, "evaluation_id": evaluation_id, "reused": reused}
+
+
+def row_line(row: EvaluationRow) -> dict:
+    return {"status": row.status, "speedup": row.speedup, "speedup_vs_compile": row.speedup_vs_compile,
+            "problem": row.problem, "solution_sha256": row.solution_sha256, "path": row.solution_path,
+            "cause": row.cause, "hint": row.evidence.get("hint", ""), "candidate_ms": row.candidate_ms,
+            "reference_ms": row.reference_ms, "device_name": row.device_name, "size": row.size,
+            "evaluation_id": row.id, "reused": True}
+
+
+def _fmt(x: float | None, spec: str = ".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def results_table(lines: list[dict]) -> Table:
+    table = Table(title="kforge results")
+    for col in ("problem", "solution", "status", "speedup", "cand ms", "ref ms", "cause / hint"):
+        table.add_column(col, overflow="fold")
+    for ln in lines:
+        why = ln["cause"] + (f"\n→ {ln['hint']}" if ln["hint"] else "")
+        name = Path(ln["path"]).name if ln["path"] else ln["solution_sha256"][:12]
+        style = "green" if ln["status"] == "correct" else "red"
+        table.add_row(ln["problem"], name, f"[{style}]{ln['status']}[/]", _fmt(ln["speedup"]),
+                      _fmt(ln["candidate_ms"]), _fmt(ln["reference_ms"]), why)
+    return table
+
+
+def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSettings, rerun: bool, progress: bool) -> Iterable[dict]:
+    """Reuse stored verdicts for unchanged code on the same device (unless rerun); evaluate and store the rest."""
+    where = device_name(settings.device)
+    todo = []
+    for job in jobs:
+        sha = record.record_solution(database, job.problem, job.path)
+        row = None if rerun else database.find_evaluation(sha, where, settings.size)
+        if row:
+            yield row_line(row)
+        else:
+            todo.append(job)
+    with Progress(console=err, disable=not progress or not todo, transient=True) as bar:
+        task = bar.add_task("evaluating", total=len(todo))
+        for verdict in evaluate(todo, settings):
+            bar.advance(task)
+            yield verdict_line(verdict, record.record_verdict(database, verdict))
+
+
+def emit(lines: Iterable[dict], as_json: bool) -> list[dict]:
+    collected = []
+    for line in lines:
+        collected.append(line)
+        if as_json:
+            print(json.dumps(line), flush=True)
+    if not as_json:
+        out.print(results_table(collected))
+    return collected
+
+
+@app.command()
+@friendly
+def problems(as_json: JsonOpt = False) -> None:
+    """List the registered reference problems."""
+    rows = [{"name": p.name, "level": p.meta.level, "atol": p.meta.atol, "rtol": p.meta.rtol,
+             "description": p.meta.description, "path": str(p.path)} for p in list_problems()]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    table = Table(title="reference problems")
+    for col in ("name", "level", "atol", "rtol", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], str(r["level"]), f"{r['atol']:g}", f"{r['rtol']:g}", r["description"])
+    out.print(table)
+
+
+@app.command()
+@friendly
+def prompt(problem: Annotated[str, typer.Argument(help="registered name or path")],
+           target: Annotated[str, typer.Option(help="cuda or cpu kernels")] = "cuda") -> None:
+    """Print the LLM prompt for a problem."""
+    from prompts import render_prompt
+
+    print(render_prompt(resolve_problem(problem), target=target))
+
+
+@app.command()
+@friendly
+def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining ModelNew")], problem: ProblemOpt = None,
+           device: DeviceOpt = None, size: SizeOpt = "auto", rerun: Annotated[bool, typer.Option("--rerun")] = False,
+           db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Evaluate one candidate file and store the verdict."""
+    path = candidate_file(file)
+    check = check_source(path.read_text())
+    if check.status and check.status.value == "invalid":
+        raise UserError(f"{path.name}: {check.cause}: not a kforge candidate")
+    job = CandidateJob(path=path, problem=problem_for(path, problem))
+    settings = eval_settings(device, size)
+    lines = list(run_jobs(open_db(db), [job], settings, rerun, progress=not as_json))
+    if as_json:
+        print(json.dumps(lines[0]))
+    else:
+        emit(lines, as_json=False)
+        if lines[0]["reused"]:
+            err.print("(stored verdict for identical code on this device; --rerun to evaluate again)")
+
+
+def collect(directory: Path, problem: str | None) -> list[CandidateJob]:
+    """Every .py under DIR whose folder names a problem (or all of them with --problem)."""
+    if not directory.is_dir():
+        raise UserError(f"no such directory: {directory}")
+    fixed = resolve_problem(problem) if problem else None
+    known = {p.name: p for p in list_problems()}
+    jobs, skipped = [], []
+    for path in sorted(directory.rglob("*.py")):
+        target = fixed or known.get(path.parent.name)
+        if target is None:
+            skipped.append(path)
+        else:
+            jobs.append(CandidateJob(path=path.resolve(), problem=target))
+    for path in skipped:
+        err.print(f"kforge: skipping {path}: folder '{path.parent.name}' is no registered problem (use --problem)")
+    if not jobs:
+        raise UserError(f"no candidate .py files under {directory}")
+    return jobs
+
+
+@app.command("evaluate")
+@friendly
+def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/")], problem: ProblemOpt = None,
+                 device: DeviceOpt = None, size: SizeOpt = "auto",
+                 jobs: Annotated[int, typer.Option("--jobs", "-j", help="parallel compiles")] = 2,
+                 rerun: Annotated[bool, typer.Option("--rerun")] = False, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Evaluate every candidate in a directory (solutions/<problem>/<name>.py); exit 0 unless kforge itself fails."""
+    candidates = collect(directory, problem)
+    emit(run_jobs(open_db(db), candidates, eval_settings(device, size, jobs), rerun, progress=not as_json), as_json)
+
+
+@app.command()
+@friendly
+def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt = False,
+                as_csv: Annotated[bool, typer.Option("--csv")] = False) -> None:
+    """Best correct speedup per problem, fast_p and the geometric-mean speedup."""
+    database = open_db(db)
+    name = resolve_problem(problem).name if problem else None
+    rows = [r.model_dump(mode="json") for r in database.leaderboard(name)]
+    summary = {"fast_p": database.fast_p((0, 1, 1.5, 2), name), "geomean_speedup": database.geomean_speedup(name)}
+    if as_json:
+        print(json.dumps({"problems": rows, **summary}, indent=1))
+    elif as_csv:
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["problem"])
+        writer.writeheader()
+        writer.writerows({k: json.dumps(v) if isinstance(v, dict) else v for k, v in r.items()} for r in rows)
+    else:
+        out.print(leader_table(rows))
+        fast = "  ".join(f"fast_{p:g}={v:.2f}" for p, v in summary["fast_p"].items())
+        out.print(f"{fast}  geomean speedup={_fmt(summary['geomean_speedup'])}")
+
+
+def leader_table(rows: list[dict]) -> Table:
+    table = Table(title="kforge leaderboard")
+    for col in ("problem", "lvl", "best speedup", "vs compile", "best solution", "cand ms", "ref ms", "statuses"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        counts = ", ".join(f"{k}:{v}" for k, v in sorted(r["status_counts"].items()))
+        table.add_row(r["problem"], str(r["level"]), _fmt(r["best_speedup"]), _fmt(r["speedup_vs_compile"]),
+                      Path(r["best_path"]).name if r["best_path"] else "-", _fmt(r["candidate_ms"]),
+                      _fmt(r["reference_ms"]), counts)
+    return table
+
+
+@app.command()
+@friendly
+def show(solution: Annotated[str, typer.Argument(help="solution sha256 (a prefix is enough) or file path")],
+         db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """The stored evaluations of one solution, with their evidence."""
+    path = Path(solution)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else solution
+    rows = [r for r in open_db(db).evaluations() if r.solution_sha256.startswith(sha)]
+    if not rows:
+        raise UserError(f"no stored evaluation for {solution}")
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in rows], indent=1))
+        return
+    for r in rows:
+        out.rule(f"#{r.id} {r.problem} {Path(r.solution_path or '').name} on {r.device_name} ({r.size})")
+        out.print(f"status: [bold]{r.status}[/]  speedup: {_fmt(r.speedup)}  at {r.created_at:%Y-%m-%d %H:%M}")
+        out.print(json.dumps({k: v for k, v in r.evidence.items() if v not in (None, "", [], {})}, indent=1), markup=False)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,56 @@
+"""The one place where verdicts become rows: the evaluator returns them, its callers store them through here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from db import Database
+from evaluator import Verdict
+from reference_problems import Problem
+
+PROVENANCE_KEYS = ("origin", "model", "seed_id", "parent")
+
+
+def provenance(path: Path) -> dict:
+    """Sidecar <name>.json next to a solution: where the code came from (seed, repair, example)."""
+    sidecar = path.with_suffix(".json")
+    data = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+    return {k: data.get(k) for k in PROVENANCE_KEYS}
+
+
+def register_problem(database: Database, problem: Problem) -> None:
+    database.upsert_problem(problem.name, problem.meta.level, str(problem.path), problem.sha256)
+
+
+def record_solution(database: Database, problem: Problem, path: Path, *, origin: str | None = None,
+                    model: str | None = None, parent_sha256: str | None = None) -> str:
+    """Store the candidate's source with its lineage; a parent named in the sidecar must be stored first."""
+    raw = path.read_bytes()
+    sha = hashlib.sha256(raw).hexdigest()
+    prov = provenance(path)
+    parent = parent_sha256
+    if parent is None and prov["parent"]:
+        parent_path = path.parent / prov["parent"]
+        parent = record_solution(database, problem, parent_path) if parent_path.is_file() else None
+    register_problem(database, problem)
+    database.upsert_solution(sha, problem.name, raw.decode(errors="replace"), path=str(path),
+                             origin=origin or prov["origin"] or "submitted", model=model or prov["model"],
+                             seed_id=prov["seed_id"], parent_sha256=parent)
+    return sha
+
+
+def record_verdict(database: Database, verdict: Verdict) -> int:
+    """Store one evaluation of an already recorded solution."""
+    stats = {k: getattr(verdict, k).model_dump() for k in ("candidate", "reference", "compiled_reference") if getattr(verdict, k)}
+    return database.add_evaluation(
+        verdict.solution_sha256, status=verdict.status.value, cause=verdict.evidence.cause,
+        evidence=verdict.evidence.model_dump(mode="json"), device=verdict.device, device_name=verdict.device_name,
+        size=verdict.size, candidate_ms=verdict.candidate.median_ms if verdict.candidate else None,
+        candidate_std_ms=verdict.candidate.std_ms if verdict.candidate else None,
+        reference_ms=verdict.reference.median_ms if verdict.reference else None,
+        compiled_reference_ms=verdict.compiled_reference.median_ms if verdict.compiled_reference else None,
+        speedup=verdict.speedup, speedup_vs_compile=verdict.speedup_vs_compile, torch_version=verdict.torch_version,
+        cuda_version=verdict.cuda_version, timings=stats, wall_s=verdict.wall_s,
+    )

@@ -1,0 +1,19 @@
+"""User settings from the environment (KFORGE_*), with one clear default for each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KFORGE_")
+
+    db: str | None = None  # any SQLAlchemy URL; default sqlite:///~/.kforge/kforge.db
+    device: str | None = None  # cpu | cuda; default: cuda when available
+    build_root: Path | None = None  # compiled-extension cache; default ~/.cache/kforge/builds
+    timeout_s: float = 900.0
+    memory_mb: int = 16_384
