@@ -40,7 +40,7 @@ def error_lines(log: str, limit: int = 20) -> str:
     lines = log.splitlines()
     keep = []
     for i, line in enumerate(lines):
-        if re.search(r"\berror\b|Error", line) and not line.lstrip().startswith("["):
+        if re.search(r"\berror\b", line):  # compiler diagnostics (gcc "error:", nvcc "error:"), not "Error building"
             keep.extend(lines[i:i + 2])
         if len(keep) >= limit:
             break

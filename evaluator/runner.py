@@ -111,10 +111,12 @@ def _failure(result: ChildResult, limits_timeout: float, max_input_numel: int) -
     if error:
         status = Status.COMPILE_ERROR if stage == "compile" else Status.RUNTIME_ERROR
         text = f"{error['message']}\n{log}"
-        first = (error["message"].strip().splitlines() or [""])[0][:300]
+        compiler = diagnose.error_lines(text) if status is Status.COMPILE_ERROR else ""
+        lines = (compiler or error["message"]).strip().splitlines()
+        first = lines[0][:300] if lines else ""
         return status, Evidence(
             stage=stage, cause=f"{error['exc_type']}: {first}", hint=diagnose.hint_for(text, max_input_numel),
-            log_tail=(diagnose.error_lines(log) if status is Status.COMPILE_ERROR else "") or error["traceback"][-3000:],
+            log_tail=compiler or error["traceback"][-3000:],
         )
     if not result.last("done"):
         code = result.returncode or 0

@@ -56,7 +56,8 @@ def scrubbed_env(workdir: Path, build_dir: Path) -> dict[str, str]:
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     env.update(
         HOME=str(workdir), TMPDIR=str(workdir), TORCH_EXTENSIONS_DIR=str(build_dir),
-        PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
     )
     return env
 

@@ -57,7 +57,7 @@ def open_db(url: str | None) -> Database:
     return Database(url) if url else Database.default()
 
 
-def eval_settings(device: str | None, size: str, jobs: int = 2) -> EvalSettings:
+def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline: bool = False) -> EvalSettings:
     cfg = Settings()
     device = device or cfg.device or auto_device()
     if device not in ("cpu", "cuda"):
@@ -67,7 +67,8 @@ def eval_settings(device: str | None, size: str, jobs: int = 2) -> EvalSettings:
     if size not in ("full", "small"):
         raise UserError(f"--size must be full, small or auto, not '{size}'")
     limits = Limits(timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
-    return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root)
+    return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root,
+                        compile_baseline=compile_baseline)
 
 
 def candidate_file(path: Path) -> Path:
@@ -228,10 +229,12 @@ def collect(directory: Path, problem: str | None) -> list[CandidateJob]:
 def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/")], problem: ProblemOpt = None,
                  device: DeviceOpt = None, size: SizeOpt = "auto",
                  jobs: Annotated[int, typer.Option("--jobs", "-j", help="parallel compiles")] = 2,
-                 rerun: Annotated[bool, typer.Option("--rerun")] = False, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+                 rerun: Annotated[bool, typer.Option("--rerun")] = False, db: DbOpt = None, as_json: JsonOpt = False,
+                 compile_baseline: Annotated[bool, typer.Option(help="also time torch.compile(reference)")] = False) -> None:
     """Evaluate every candidate in a directory (solutions/<problem>/<name>.py); exit 0 unless kforge itself fails."""
     candidates = collect(directory, problem)
-    emit(run_jobs(open_db(db), candidates, eval_settings(device, size, jobs), rerun, progress=not as_json), as_json)
+    settings = eval_settings(device, size, jobs, compile_baseline)
+    emit(run_jobs(open_db(db), candidates, settings, rerun, progress=not as_json), as_json)
 
 
 @app.command()

@@ -1,0 +1,3 @@
+from kforge.cli import main
+
+main()
