@@ -9,11 +9,11 @@ INT32_MAX = 2**31 - 1
 # (pattern over the error text, hint). First match wins; keep the most specific first.
 _RULES: list[tuple[re.Pattern, str]] = [
     (re.compile(r"getCurrentCUDAStream.*(not a member|not declared|has not been declared)|"
-                r"(not a member|has not been declared).*getCurrentCUDAStream", re.S),
+                r"(not a member|has no member|has not been declared).*getCurrentCUDAStream", re.S),
      "missing header: at::cuda::getCurrentCUDAStream needs #include <ATen/cuda/CUDAContext.h>"),
     (re.compile(r"missing 1 required positional argument: 'cpp_sources'"),
      "load_inline() was called without cpp_sources: it needs the C++ declarations of the bound functions"),
-    (re.compile(r"'(\w+)' was not declared in this scope.*main\.cpp|main\.cpp.*'(\w+)' was not declared in this scope", re.S),
+    (re.compile(r"main\.cpp:\d+:\d+: error: \W(\w+)\W was not declared in this scope"),
      "a function listed in load_inline(functions=...) is not declared in cpp_sources (empty or missing declaration)"),
     (re.compile(r"'module' object is not callable"),
      "the code calls the compiled extension module itself; call one of its functions (module.fn(...))"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import platform
 
 import torch
@@ -16,6 +17,7 @@ def cpu_name() -> str:
     return names[0] if names else platform.machine()
 
 
+@functools.cache
 def device_name(device: str) -> str:
     return torch.cuda.get_device_name() if device == "cuda" else cpu_name()
 

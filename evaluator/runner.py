@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from evaluator import diagnose
 from evaluator.contracts import EvalSettings, Evidence, Status, TimingStats, Verdict
 from evaluator.correctness import judge_trial
+from evaluator.hardware import device_name
 from evaluator.sandbox import ChildResult, run_child
 from evaluator.static import check_source
 from evaluator.timing import method_name, summarize
@@ -49,7 +50,6 @@ class _Prepared(BaseModel):
 class _Reference(BaseModel):
     out_dir: Path
     trials: list[dict]
-    env: dict
     timing: TimingStats | None = None
     compiled: TimingStats | None = None
 
@@ -95,6 +95,7 @@ def build_key(source: str, device: str) -> str:
 
 
 def _verdict(job: CandidateJob, sha: str, settings: EvalSettings, status: Status, **kw) -> Verdict:
+    kw.setdefault("device_name", device_name(settings.device))
     return Verdict(status=status, problem=job.problem.name, solution_sha256=sha, solution_path=str(job.path),
                    device=settings.device, size=settings.size, torch_version=torch.__version__,
                    cuda_version=torch.version.cuda, **kw)
@@ -140,7 +141,7 @@ def _reference(batch: _Batch, problem: Problem) -> _Reference:
             raise EvaluatorError(f"reference problem '{problem.name}' failed to run: {result.log_tail(800).strip()}")
         times = _timings(result, batch.settings.device)
         batch.references[key] = _Reference(out_dir=workdir / "out", trials=result.last("trials")["trials"],
-                                           env=result.last("env"), timing=times.get("model"), compiled=times.get("compiled"))
+                                           timing=times.get("model"), compiled=times.get("compiled"))
     return batch.references[key]
 
 
@@ -151,24 +152,23 @@ def _leak_evidence(growth: dict[str, list[int]]) -> dict[str, int]:
 
 def _judge(prep: _Prepared, result: ChildResult, ref: _Reference, settings: EvalSettings) -> Verdict:
     job = prep.job
-    env = result.last("env") or ref.env
-    base = dict(device_name=env["device_name"])
     failed = _failure(result, settings.limits.timeout_s, ref.max_input_numel)
     if failed:
         status, evidence = failed
-        return _verdict(job, prep.sha256, settings, status, evidence=evidence, **base)
+        return _verdict(job, prep.sha256, settings, status, evidence=evidence)
     evidence = Evidence()
     worst = 0.0
     for i, trial in enumerate(result.last("trials")["trials"]):
         if trial["inputs_changed"]:
             evidence.stage, evidence.cause = "correctness", f"trial {i}: forward() modified its inputs"
-            return _verdict(job, prep.sha256, settings, Status.INCORRECT, evidence=evidence, **base)
+            return _verdict(job, prep.sha256, settings, Status.INCORRECT, evidence=evidence)
         mismatch, err = judge_trial(i, ref.out_dir / f"trial_{i}.pt", prep.workdir / "out" / f"trial_{i}.pt",
                                     trial["outputs"], job.problem.meta.atol, job.problem.meta.rtol)
         if mismatch:
             evidence.stage, evidence.mismatch = "correctness", mismatch
-            evidence.cause = f"trial {i}: {mismatch.reason}; max abs err {mismatch.max_abs_err:.3g} at {mismatch.worst_index}"
-            return _verdict(job, prep.sha256, settings, Status.INCORRECT, evidence=evidence, **base)
+            where = f"; max abs err {mismatch.max_abs_err:.3g} at {mismatch.worst_index}" if mismatch.worst_index else ""
+            evidence.cause = f"trial {i}: {mismatch.reason}{where}"
+            return _verdict(job, prep.sha256, settings, Status.INCORRECT, evidence=evidence)
         worst = max(worst, err)
     evidence.max_abs_err = worst
     leaked = _leak_evidence(result.last("leaks")["growth"])
@@ -177,7 +177,7 @@ def _judge(prep: _Prepared, result: ChildResult, ref: _Reference, settings: Eval
     if leaked:
         evidence.stage, evidence.leaked_bytes = "leak", leaked
         evidence.cause = "memory grows with every call: " + ", ".join(f"{k} +{v / 2**20:.1f} MiB per {settings.leak_calls} calls" for k, v in leaked.items())
-        return _verdict(job, prep.sha256, settings, Status.LEAK, evidence=evidence, **base)
+        return _verdict(job, prep.sha256, settings, Status.LEAK, evidence=evidence)
     cand = _timings(result, settings.device)
     timing = cand.get("model")
     speedup = ref.timing.median_ms / timing.median_ms if timing and ref.timing else None
@@ -185,7 +185,7 @@ def _judge(prep: _Prepared, result: ChildResult, ref: _Reference, settings: Eval
     evidence.cause = f"correct in {settings.trials} trials (max abs err {worst:.3g})" + (f"; {speedup:.3g}x vs eager" if speedup else "")
     return _verdict(job, prep.sha256, settings, Status.CORRECT, evidence=evidence, candidate=timing,
                     reference=ref.timing, compiled_reference=ref.compiled, speedup=speedup,
-                    speedup_vs_compile=vs_compile, **base)
+                    speedup_vs_compile=vs_compile)
 
 
 def _prepare(batch: _Batch, job: CandidateJob, index: int) -> _Prepared | Verdict:
@@ -199,6 +199,9 @@ def _prepare(batch: _Batch, job: CandidateJob, index: int) -> _Prepared | Verdic
     if check.needs_cuda and settings.device != "cuda":
         return _verdict(job, sha, settings, Status.SKIPPED,
                         evidence=Evidence(stage="parse", cause="skipped: no CUDA device (the candidate builds or uses CUDA code)"))
+    if check.cpu_only and settings.device == "cuda":
+        return _verdict(job, sha, settings, Status.SKIPPED,
+                        evidence=Evidence(stage="parse", cause="skipped: CPU-only extension (load_inline without cuda_sources); use --device cpu"))
     return _Prepared(job=job, sha256=sha, build_dir=batch.build_root / build_key(source, settings.device),
                      workdir=batch.root / f"cand{index:05d}")
 

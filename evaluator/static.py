@@ -19,7 +19,8 @@ class StaticCheck(BaseModel):
 
     status: Status | None = None
     cause: str = ""
-    needs_cuda: bool = False
+    needs_cuda: bool = False  # builds or uses CUDA: cannot run on a CPU-only machine
+    cpu_only: bool = False  # builds a C++ extension with no CUDA sources: cannot run on CUDA tensors
 
 
 def _syntax_cause(source: str, exc: SyntaxError) -> StaticCheck:
@@ -48,4 +49,5 @@ def check_source(source: str) -> StaticCheck:
         return _syntax_cause(source, exc)
     if not _defines_model_new(tree):
         return StaticCheck(status=Status.INVALID, cause="no ModelNew defined at module level")
-    return StaticCheck(needs_cuda=bool(_CUDA_HINTS.search(source)))
+    needs_cuda = bool(_CUDA_HINTS.search(source))
+    return StaticCheck(needs_cuda=needs_cuda, cpu_only=not needs_cuda and "load_inline" in source)

@@ -22,8 +22,8 @@ def _estimate_ms(fn: Callable, sync: Callable) -> float:
     return max((time.perf_counter() - start) * 1e3 / 3, 1e-4)
 
 
-def _cuda_samples(fn: Callable, reps: int) -> list[float]:
-    flush = torch.empty(_L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+def _cuda_samples(fn: Callable, reps: int, flush_l2: bool) -> list[float]:
+    flush = torch.empty(_L2_FLUSH_BYTES if flush_l2 else 0, dtype=torch.int8, device="cuda")
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for start, end in zip(starts, ends):
@@ -44,7 +44,8 @@ def _cpu_samples(fn: Callable, reps: int) -> list[float]:
     return samples
 
 
-def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int) -> list[float]:
+def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int,
+          flush_l2: bool = True) -> list[float]:
     """Per-call times in ms: warm up for warmup_ms, then repeat for about rep_ms (within [min_reps, max_reps])."""
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -53,7 +54,7 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
         fn()
     sync()
     reps = min(max_reps, max(min_reps, int(rep_ms / estimate)))
-    return _cuda_samples(fn, reps) if cuda else _cpu_samples(fn, reps)
+    return _cuda_samples(fn, reps, flush_l2) if cuda else _cpu_samples(fn, reps)
 
 
 def summarize(samples: list[float], method: str) -> TimingStats:

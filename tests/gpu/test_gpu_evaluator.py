@@ -1,0 +1,49 @@
+"""GPU behaviour of the evaluator, on real compiled CUDA extensions. Skipped cleanly without a CUDA device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from evaluator import CandidateJob, EvalSettings, Status, evaluate
+from reference_problems import resolve_problem
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+ROOT = Path(__file__).resolve().parents[2]
+CANDIDATES = Path(__file__).parent / "candidates"
+
+
+def _run(paths: list[Path], problem: str, size: str, tmp_path: Path) -> dict[str, object]:
+    settings = EvalSettings(device="cuda", size=size, trials=2, warmup_ms=20, rep_ms=100, build_root=tmp_path / "builds", jobs=4)
+    jobs = [CandidateJob(path=p, problem=resolve_problem(problem)) for p in paths]
+    return {Path(v.solution_path).name: v for v in evaluate(jobs, settings)}
+
+
+def test_raw_cudamalloc_per_call_is_a_leak_and_the_control_is_not(tmp_path):
+    verdicts = _run([CANDIDATES / "relu" / "relu_cuda.py", CANDIDATES / "relu" / "relu_cuda_leak.py"], "relu", "small", tmp_path)
+    assert verdicts["relu_cuda.py"].status is Status.CORRECT
+    leak = verdicts["relu_cuda_leak.py"]
+    assert leak.status is Status.LEAK
+    assert leak.evidence.leaked_bytes["cuda_driver_used"] >= 30 * 2**20  # 4 MiB x 10 calls
+
+
+def test_missing_cuda_header_is_a_compile_error_with_its_cause(tmp_path):
+    verdict = _run([ROOT / "solutions/avg_pool_1d/seed_000_124b30b2805dc00b.py"], "avg_pool_1d", "full", tmp_path)
+    v = next(iter(verdict.values()))
+    assert v.status is Status.COMPILE_ERROR
+    assert "getCurrentCUDAStream" in v.evidence.cause
+    assert "ATen/cuda/CUDAContext.h" in v.evidence.hint
+
+
+def test_int32_overflow_poisons_only_its_own_child(tmp_path):
+    """Seed 001 crashes the GPU context at 4.3e9 elements; its 64-bit repair in the same batch still passes."""
+    folder = ROOT / "solutions/avg_pool_2d"
+    verdicts = _run([folder / "seed_001_a73418884c619a93.py", folder / "repair_001_int64_index.py"], "avg_pool_2d", "full", tmp_path)
+    seed = verdicts["seed_001_a73418884c619a93.py"]
+    assert seed.status is Status.RUNTIME_ERROR
+    assert "illegal memory access" in seed.evidence.cause
+    assert "32-bit index overflow" in seed.evidence.hint
+    assert verdicts["repair_001_int64_index.py"].status is Status.CORRECT
