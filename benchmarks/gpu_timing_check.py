@@ -21,6 +21,18 @@ def _first_call_ms(fn) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+def _conv1d_tf32() -> dict[str, float]:
+    """The seeds' conv1d problem, eager, with cuDNN's TF32 on (PyTorch's default) and off (kforge's judging mode)."""
+    conv = torch.nn.Conv1d(64, 128, 3, bias=False, device="cuda")
+    x = torch.randn(32, 64, 131072, device="cuda")
+    times = {}
+    with torch.no_grad():
+        for tf32 in (True, False):
+            torch.backends.cudnn.allow_tf32 = tf32
+            times[f"tf32_{tf32}"] = summarize(bench(lambda: conv(x), "cuda", 100, 500, 10, 500), "events").median_ms
+    return times
+
+
 def main() -> None:
     small = torch.rand(4 * 2**20, device="cuda")  # 16 MB: fits the H100's 50 MB L2
     big = torch.rand(2**30 // 4 * 4, device="cuda")  # 4 GB: streams from HBM
@@ -35,6 +47,7 @@ def main() -> None:
         cv = (sum((x - mean) ** 2 for x in flushed) / len(flushed)) ** 0.5 / mean
         report[name] = {"flushed_medians_ms": flushed, "cv_of_medians": cv, "hot_median_ms": hot,
                         "flushed_over_hot": mean / hot}
+    report["conv1d_eager_ms"] = _conv1d_tf32()
     print(json.dumps(report, indent=1))
 
 

@@ -9,11 +9,14 @@ import csv
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 from db import Database
+from evaluator.runner import DEFAULT_BUILD_ROOT, build_key
+from kforge.settings import Settings
 
 CALLS = 3
 _UNIT_MS = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
@@ -23,7 +26,9 @@ def ncu_ms_per_call(candidate: Path) -> float:
     cmd = ["ncu", "--nvtx", "--nvtx-include", "kforge_forward/", "--metrics", "gpu__time_duration.sum", "--csv",
            "--clock-control", "none", sys.executable, str(Path(__file__).with_name("ncu_forward.py")),
            str(candidate), candidate.parent.name, str(CALLS)]
-    text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    build_dir = (Settings().build_root or DEFAULT_BUILD_ROOT) / build_key(candidate.read_text(), "cuda")
+    env = os.environ | {"TORCH_EXTENSIONS_DIR": str(build_dir)}  # reuse kforge's build: no recompile under ncu
+    text = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
     rows = list(csv.DictReader(io.StringIO(text[text.index('"ID"'):])))
     total = sum(float(r["Metric Value"].replace(",", "")) * _UNIT_MS[r["Metric Unit"]] for r in rows)
     return total / CALLS

@@ -27,23 +27,46 @@ def _structural(trial: int, expected: torch.Tensor, got, meta: dict) -> Mismatch
     return None
 
 
-def compare_tensor(trial: int, expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> Mismatch | None:
-    """allclose semantics (|got-exp| <= atol + rtol*|exp|); a NaN or Inf passes only where the reference has the same."""
-    exp, out = expected.double(), got.double()
+_CHUNK = 2**24  # elements compared at a time: float64 temporaries stay ~0.5 GB for multi-GB outputs
+
+
+def _chunk_errors(exp: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Absolute error (NaN -> inf) and failure mask of one chunk, in float64."""
+    exp, out = exp.double(), out.double()
     err = (out - exp).abs().nan_to_num(nan=float("inf"))
     ok = (err <= atol + rtol * exp.abs()) | (exp == out) | (exp.isnan() & out.isnan())
-    if bool(ok.all()):
+    return err, ~ok
+
+
+def compare_tensor(trial: int, expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> Mismatch | None:
+    """allclose semantics (|got-exp| <= atol + rtol*|exp|); a NaN or Inf passes only where the reference has the same."""
+    exp_flat, out_flat = expected.reshape(-1), got.reshape(-1)
+    n_bad, worst_err, worst_at, max_rel = 0, -1.0, 0, 0.0
+    for start in range(0, exp_flat.numel(), _CHUNK):
+        exp, out = exp_flat[start:start + _CHUNK], out_flat[start:start + _CHUNK]
+        err, bad = _chunk_errors(exp, out, atol, rtol)
+        if not bool(bad.any()):
+            continue
+        n_bad += int(bad.sum())
+        max_rel = max(max_rel, float((err / exp.double().abs().clamp_min(1e-12))[bad].max()))
+        at = int(torch.argmax(torch.where(bad, err, -1.0)))
+        if float(err[at]) > worst_err:
+            worst_err, worst_at = float(err[at]), start + at
+    if n_bad == 0:
         return None
-    bad = ~ok
-    flat = int(torch.argmax(torch.where(bad, err, -1.0)))
-    index = [int(i) for i in torch.unravel_index(torch.tensor(flat), exp.shape)] if exp.dim() else []
-    nonfinite = not bool(torch.isfinite(out[bad]).all())
+    index = [int(i) for i in torch.unravel_index(torch.tensor(worst_at), expected.shape)] if expected.dim() else []
+    got_value = float(out_flat[worst_at])
     return Mismatch(
-        trial=trial, max_abs_err=float(err.max()), max_rel_err=float((err / exp.abs().clamp_min(1e-12))[bad].max()),
-        worst_index=index, expected=float(exp.reshape(-1)[flat]), got=float(out.reshape(-1)[flat]),
-        bad_fraction=float(bad.double().mean()),
-        reason="NaN/Inf where the reference is finite" if nonfinite else "values differ beyond tolerance",
+        trial=trial, max_abs_err=worst_err, max_rel_err=max_rel, worst_index=index,
+        expected=float(exp_flat[worst_at]), got=got_value, bad_fraction=n_bad / max(1, exp_flat.numel()),
+        reason="values differ beyond tolerance" if torch.isfinite(torch.tensor(got_value)) else "NaN/Inf where the reference is finite",
     )
+
+
+def max_abs_error(expected: torch.Tensor, got: torch.Tensor) -> float:
+    exp_flat, out_flat = expected.reshape(-1), got.reshape(-1)
+    return max((float((out_flat[i:i + _CHUNK].double() - exp_flat[i:i + _CHUNK].double()).abs().max())
+                for i in range(0, exp_flat.numel(), _CHUNK)), default=0.0)
 
 
 def judge_trial(trial: int, ref_path: Path, cand_path: Path, cand_meta: list[dict], atol: float, rtol: float) -> tuple[Mismatch | None, float]:
@@ -57,5 +80,5 @@ def judge_trial(trial: int, ref_path: Path, cand_path: Path, cand_meta: list[dic
         mismatch = _structural(trial, exp, out, meta) or compare_tensor(trial, exp, out, atol, rtol)
         if mismatch:
             return mismatch, mismatch.max_abs_err
-        worst = max(worst, float((out.double() - exp.double()).abs().max()) if exp.numel() else 0.0)
+        worst = max(worst, max_abs_error(exp, out))
     return None, worst
