@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -27,7 +28,7 @@ def _structural(trial: int, expected: torch.Tensor, got, meta: dict) -> Mismatch
     return None
 
 
-_CHUNK = 2**24  # elements compared at a time: float64 temporaries stay ~0.5 GB for multi-GB outputs
+_CHUNK = 2**24  # elements compared at a time: float64 temporaries stay small for multi-GB outputs
 
 
 def _chunk_errors(exp: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,41 +36,42 @@ def _chunk_errors(exp: torch.Tensor, out: torch.Tensor, atol: float, rtol: float
     exp, out = exp.double(), out.double()
     err = (out - exp).abs().nan_to_num(nan=float("inf"))
     ok = (err <= atol + rtol * exp.abs()) | (exp == out) | (exp.isnan() & out.isnan())
-    return err, ~ok
+    return err.masked_fill(exp.isnan() & out.isnan(), 0.0), ~ok
 
 
-def compare_tensor(trial: int, expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> Mismatch | None:
-    """allclose semantics (|got-exp| <= atol + rtol*|exp|); a NaN or Inf passes only where the reference has the same."""
+def compare_tensor(trial: int, expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float,
+                   device: str = "cpu") -> tuple[Mismatch | None, float]:
+    """allclose semantics (|got-exp| <= atol + rtol*|exp|); NaN/Inf pass only where the reference has the same.
+
+    Works chunk by chunk on `device` (the GPU when there is one): a 2 GB output is judged in seconds.
+    Returns the mismatch (None if all pass) and the largest absolute error.
+    """
     exp_flat, out_flat = expected.reshape(-1), got.reshape(-1)
-    n_bad, worst_err, worst_at, max_rel = 0, -1.0, 0, 0.0
+    n_bad, worst_err, worst_at, worst_bad_err, max_rel = 0, 0.0, 0, -1.0, 0.0
     for start in range(0, exp_flat.numel(), _CHUNK):
-        exp, out = exp_flat[start:start + _CHUNK], out_flat[start:start + _CHUNK]
+        exp, out = exp_flat[start:start + _CHUNK].to(device), out_flat[start:start + _CHUNK].to(device)
         err, bad = _chunk_errors(exp, out, atol, rtol)
+        worst_err = max(worst_err, float(err.max()))
         if not bool(bad.any()):
             continue
         n_bad += int(bad.sum())
         max_rel = max(max_rel, float((err / exp.double().abs().clamp_min(1e-12))[bad].max()))
         at = int(torch.argmax(torch.where(bad, err, -1.0)))
-        if float(err[at]) > worst_err:
-            worst_err, worst_at = float(err[at]), start + at
+        if float(err[at]) > worst_bad_err:
+            worst_bad_err, worst_at = float(err[at]), start + at
     if n_bad == 0:
-        return None
+        return None, worst_err
     index = [int(i) for i in torch.unravel_index(torch.tensor(worst_at), expected.shape)] if expected.dim() else []
     got_value = float(out_flat[worst_at])
     return Mismatch(
         trial=trial, max_abs_err=worst_err, max_rel_err=max_rel, worst_index=index,
         expected=float(exp_flat[worst_at]), got=got_value, bad_fraction=n_bad / max(1, exp_flat.numel()),
-        reason="values differ beyond tolerance" if torch.isfinite(torch.tensor(got_value)) else "NaN/Inf where the reference is finite",
-    )
+        reason="values differ beyond tolerance" if math.isfinite(got_value) else "NaN/Inf where the reference is finite",
+    ), worst_err
 
 
-def max_abs_error(expected: torch.Tensor, got: torch.Tensor) -> float:
-    exp_flat, out_flat = expected.reshape(-1), got.reshape(-1)
-    return max((float((out_flat[i:i + _CHUNK].double() - exp_flat[i:i + _CHUNK].double()).abs().max())
-                for i in range(0, exp_flat.numel(), _CHUNK)), default=0.0)
-
-
-def judge_trial(trial: int, ref_path: Path, cand_path: Path, cand_meta: list[dict], atol: float, rtol: float) -> tuple[Mismatch | None, float]:
+def judge_trial(trial: int, ref_path: Path, cand_path: Path, cand_meta: list[dict], atol: float, rtol: float,
+                device: str = "cpu") -> tuple[Mismatch | None, float]:
     """First mismatch of one trial (None if all outputs pass) and the largest absolute error seen."""
     expected, got = load_outputs(ref_path), load_outputs(cand_path)
     if len(expected) != len(got):
@@ -77,8 +79,11 @@ def judge_trial(trial: int, ref_path: Path, cand_path: Path, cand_meta: list[dic
                         reason=f"{len(got)} outputs, expected {len(expected)}"), float("inf")
     worst = 0.0
     for exp, out, meta in zip(expected, got, cand_meta):
-        mismatch = _structural(trial, exp, out, meta) or compare_tensor(trial, exp, out, atol, rtol)
+        structural = _structural(trial, exp, out, meta)
+        if structural:
+            return structural, structural.max_abs_err
+        mismatch, err = compare_tensor(trial, exp, out, atol, rtol, device)
         if mismatch:
-            return mismatch, mismatch.max_abs_err
-        worst = max(worst, max_abs_error(exp, out))
+            return mismatch, err
+        worst = max(worst, err)
     return None, worst

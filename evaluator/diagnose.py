@@ -13,7 +13,7 @@ _RULES: list[tuple[re.Pattern, str]] = [
      "missing header: at::cuda::getCurrentCUDAStream needs #include <ATen/cuda/CUDAContext.h>"),
     (re.compile(r"missing 1 required positional argument: 'cpp_sources'"),
      "load_inline() was called without cpp_sources: it needs the C++ declarations of the bound functions"),
-    (re.compile(r"main\.cpp:\d+:\d+: error: \W(\w+)\W was not declared in this scope"),
+    (re.compile(r"error: \W(\w+)\W was not declared in this scope[^\n]*\n[^\n]*m\.def\("),  # in the generated binding
      "a function listed in load_inline(functions=...) is not declared in cpp_sources (empty or missing declaration)"),
     (re.compile(r"'module' object is not callable"),
      "the code calls the compiled extension module itself; call one of its functions (module.fn(...))"),

@@ -63,7 +63,7 @@ class _Batch:
 
     def __init__(self, settings: EvalSettings):
         self.settings = settings
-        self.root = Path(tempfile.mkdtemp(prefix="kforge-eval-"))
+        self.root = Path(tempfile.mkdtemp(prefix="kforge-eval-"))  # honours TMPDIR (e.g. /dev/shm for big outputs)
         self.init_seed = secrets.randbits(31)
         self.trial_seeds = [secrets.randbits(31) for _ in range(settings.trials)]
         self.timing_seed = secrets.randbits(31)
@@ -103,7 +103,7 @@ def _verdict(job: CandidateJob, sha: str, settings: EvalSettings, status: Status
 
 def _failure(result: ChildResult, limits_timeout: float, max_input_numel: int) -> tuple[Status, Evidence] | None:
     """How a child ended if it did not finish normally: timeout, memory, exception, or a silent death."""
-    stage, log = result.stage, result.log_tail()
+    stage, log = result.stage, result.log_tail(chars=2_000_000)  # whole build log: errors may precede many notes
     if result.timed_out:
         return Status.TIMEOUT, Evidence(stage=stage, cause=f"no result after {limits_timeout:.0f} s (stage: {stage})", log_tail=log[-2000:])
     if result.memory_exceeded:
@@ -163,7 +163,7 @@ def _judge(prep: _Prepared, result: ChildResult, ref: _Reference, settings: Eval
             evidence.stage, evidence.cause = "correctness", f"trial {i}: forward() modified its inputs"
             return _verdict(job, prep.sha256, settings, Status.INCORRECT, evidence=evidence)
         mismatch, err = judge_trial(i, ref.out_dir / f"trial_{i}.pt", prep.workdir / "out" / f"trial_{i}.pt",
-                                    trial["outputs"], job.problem.meta.atol, job.problem.meta.rtol)
+                                    trial["outputs"], job.problem.meta.atol, job.problem.meta.rtol, settings.device)
         if mismatch:
             evidence.stage, evidence.mismatch = "correctness", mismatch
             where = f"; max abs err {mismatch.max_abs_err:.3g} at {mismatch.worst_index}" if mismatch.worst_index else ""

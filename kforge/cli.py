@@ -290,4 +290,7 @@ def show(solution: Annotated[str, typer.Argument(help="solution sha256 (a prefix
 
 
 def main() -> None:
+    from pipeline.cli import generate  # imported here: pipeline.cli uses this module's helpers
+
+    app.command("generate")(generate)
     app()

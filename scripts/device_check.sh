@@ -9,6 +9,7 @@ if [ -d .whl ]; then  # a machine without pydantic/sqlalchemy: install the carri
   export PYTHONPATH=/tmp/site:$PWD
 fi
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+[ -d /dev/shm ] && export TMPDIR=/dev/shm  # multi-GB reference outputs: keep the scratch files in RAM
 export KFORGE_DB=${KFORGE_DB:-sqlite:///$OUT/kforge.db} KFORGE_BUILD_ROOT=${KFORGE_BUILD_ROOT:-/tmp/kforge-builds}
 kf() { python3 -m kforge "$@"; }
 peak() { python3 -c 'import resource,subprocess,sys; r=subprocess.run(sys.argv[1:]).returncode; print(f"max RSS of any process in the tree: {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/2**20:.2f} GiB", file=sys.stderr); sys.exit(r)' "$@"; }
@@ -19,10 +20,10 @@ evaluate() {  # every seed and repair at full size, eager and torch.compile base
   peak python3 -m kforge evaluate solutions/ --device cuda --size full --jobs 14 --compile-baseline --json | tee "$OUT/evaluate.jsonl"
   kf evaluate tests/gpu/candidates --device cuda --size small --json | tee "$OUT/leaks.jsonl"
 }
-repeat() {  # N more evaluations of the repairs, for the spread of the medians
-  for i in $(seq "${1:-2}"); do
-    for f in $REPAIRS; do kf submit "$f" --device cuda --size full --rerun --json; done
-  done | tee -a "$OUT/repeat.jsonl"
+repeat() {  # N more evaluations of the repairs, for the spread of the medians (one batch each: parallel compiles)
+  local dir=/tmp/kforge-repairs; rm -rf $dir
+  for f in $REPAIRS; do mkdir -p $dir/$(basename $(dirname $f)); cp $f ${f%.py}.json $dir/$(basename $(dirname $f))/; done
+  for i in $(seq "${1:-2}"); do kf evaluate $dir --device cuda --size full --jobs 14 --rerun --json; done | tee -a "$OUT/repeat.jsonl"
 }
 probe() {  # the timer itself, Nsight Compute agreement, and the GPU test suite
   python3 benchmarks/gpu_timing_check.py | tee "$OUT/timing_check.json"
