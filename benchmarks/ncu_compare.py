@@ -19,7 +19,7 @@ from evaluator.runner import DEFAULT_BUILD_ROOT, build_key
 from kforge.settings import Settings
 
 CALLS = 3
-_UNIT_MS = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+_UNIT_MS = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3, "second": 1e3}
 
 
 def ncu_ms_per_call(candidate: Path) -> float:
