@@ -1,0 +1,34 @@
+import torch
+import torch.nn as nn
+
+batch_size = 4096
+dim = 65536
+
+
+class Model(nn.Module):
+    """Elementwise ReLU."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+
+def get_inputs():
+    x = torch.randn(batch_size, dim)
+    return [x]
+
+
+def get_init_inputs():
+    return []
+
+
+KFORGE_META = {
+    "name": "relu",
+    "level": 1,
+    "atol": 1e-4,
+    "rtol": 1e-4,
+    "description": "torch.relu on a (4096, 65536) tensor",
+    "small": {"batch_size": 16, "dim": 16384},
+}
