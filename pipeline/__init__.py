@@ -1,0 +1,1 @@
+"""The agent pipeline: prompt -> LLM -> extracted candidate -> evaluator -> feedback -> better candidate."""

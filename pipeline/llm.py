@@ -1,0 +1,109 @@
+"""LLM providers: one protocol, an OpenAI-compatible client for any server (vLLM, SGLang, Ollama, hosted APIs)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+import openai
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class LLMError(RuntimeError):
+    """No answer could be had (server down, out of retries, no recording): one line, never the API key."""
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class LLMRequest(BaseModel):
+    """One chat completion to ask for; sample and turn make N draws of one prompt distinct requests."""
+
+    problem: str
+    messages: list[dict[str, Any]]
+    sample: int = 0
+    turn: int = 0
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+    def params(self) -> dict[str, Any]:
+        """What, besides provider, model and messages, decides the answer (and so the cache key): a later turn that
+        repeats a conversation (its parent is still the best) must draw afresh, not get the earlier answers back."""
+        return {"sample": self.sample, "turn": self.turn, "temperature": self.temperature, "max_tokens": self.max_tokens}
+
+
+class LLMResponse(BaseModel):
+    text: str
+    usage: Usage = Field(default_factory=Usage)
+    latency_s: float = 0.0
+    model: str
+    finish_reason: str | None = None
+    cost_usd: float | None = None
+
+
+class Provider(Protocol):
+    name: str
+    model: str
+
+    def complete(self, request: LLMRequest) -> LLMResponse: ...
+
+
+class LLMSettings(BaseSettings):
+    """KFORGE_LLM_* environment variables; CLI flags override base_url and model."""
+
+    model_config = SettingsConfigDict(env_prefix="KFORGE_LLM_")
+
+    base_url: str | None = None  # None: the openai package's default (api.openai.com)
+    model: str | None = None
+    api_key: SecretStr | None = None
+    timeout_s: float = 600.0
+    max_retries: int = 5  # on 408/409/429/5xx and connection errors, exponential backoff (openai's own)
+    temperature: float | None = None
+    max_tokens: int | None = None
+    usd_per_mtok_prompt: float | None = None
+    usd_per_mtok_completion: float | None = None
+
+    def cost(self, usage: Usage) -> float | None:
+        if self.usd_per_mtok_prompt is None or self.usd_per_mtok_completion is None:
+            return None
+        return (usage.prompt_tokens * self.usd_per_mtok_prompt + usage.completion_tokens * self.usd_per_mtok_completion) / 1e6
+
+
+class OpenAIChat:
+    """Chat completions over the openai package; retries with backoff and the timeout are the client's."""
+
+    name = "openai"
+
+    def __init__(self, settings: LLMSettings) -> None:
+        if not settings.model:
+            raise LLMError("no model: pass --model or set KFORGE_LLM_MODEL")
+        self.settings = settings
+        self.model = settings.model
+        key = settings.api_key.get_secret_value() if settings.api_key else "unused"  # local servers want none
+        self.client = openai.OpenAI(base_url=settings.base_url, api_key=key, timeout=settings.timeout_s,
+                                    max_retries=settings.max_retries)
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        extra = {k: v for k, v in (("temperature", request.temperature), ("max_tokens", request.max_tokens)) if v is not None}
+        start = time.monotonic()
+        try:
+            reply = self.client.chat.completions.create(model=self.model, messages=request.messages, **extra)
+        except openai.APIStatusError as exc:
+            raise LLMError(f"{self.client.base_url} answered HTTP {exc.status_code}: {_first_line(exc.message)}") from None
+        except openai.APIError as exc:  # connection refused, timeout, malformed answer
+            raise LLMError(f"{self.client.base_url}: {type(exc).__name__}: {_first_line(str(exc))}") from None
+        if not reply.choices:
+            raise LLMError(f"{self.client.base_url} returned no choices")
+        usage = Usage(prompt_tokens=getattr(reply.usage, "prompt_tokens", 0) or 0,
+                      completion_tokens=getattr(reply.usage, "completion_tokens", 0) or 0)
+        choice = reply.choices[0]
+        return LLMResponse(text=choice.message.content or "", usage=usage, latency_s=time.monotonic() - start,
+                           model=reply.model or self.model, finish_reason=choice.finish_reason,
+                           cost_usd=self.settings.cost(usage))
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:300]

@@ -1,0 +1,112 @@
+"""Render problems and verdicts into chat prompts; wording lives in templates/*.j2, logic here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import jinja2
+from pydantic import BaseModel
+
+from evaluator.contracts import Verdict
+from evaluator.diagnose import error_lines
+from reference_problems import Problem
+
+Target = Literal["cuda", "cpu"]
+
+LANGUAGE = {"cuda": "CUDA", "cpu": "C++"}
+CANDIDATE_LINE = re.compile(r"\bline (\d+)")
+DIRECTORIES = re.compile(r"(?<![\w.:/])/(?:[^\s/:'\"`]+/)+(?=[^\s/:'\"`]+)")
+
+
+class Turn(BaseModel):
+    """One earlier attempt shown back to the model: the candidate it wrote and what the evaluator said."""
+
+    source: str
+    verdict: Verdict
+
+
+def tail_lines(log: str, limit: int = 25) -> str:
+    """A traceback's last frames and the exception message are at its end."""
+    return "\n".join(log.rstrip().splitlines()[-limit:])
+
+
+def format_number(x: float) -> str:
+    """1e-4 rather than 0.0001, as the prompts of the seed transcripts write tolerances."""
+    mantissa, exponent = f"{x:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def format_tolerance(atol: float, rtol: float) -> str:
+    if atol == rtol:
+        return format_number(atol)
+    return f"an absolute tolerance of {format_number(atol)} and a relative tolerance of {format_number(rtol)}"
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).resolve().parent / "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters.update(error_lines=error_lines, tail_lines=tail_lines)
+    return env
+
+
+ENV = _environment()
+
+
+def render_system(target: Target = "cuda") -> str:
+    return ENV.get_template("system.j2").render(lang=LANGUAGE[target]).strip()
+
+
+def render_prompt(problem: Problem, target: Target = "cuda", size: str = "full") -> str:
+    """The first user message: instructions, the one-shot example, the architecture and its tolerance."""
+    return ENV.get_template("prompt.j2").render(
+        problem=problem,
+        source=problem.source().rstrip(),
+        target=target,
+        lang=LANGUAGE[target],
+        tolerance=format_tolerance(problem.meta.atol, problem.meta.rtol),
+        small=problem.meta.small if size == "small" else {},
+    ).strip()
+
+
+def _excerpt(verdict: Verdict, source: str, context: int = 2) -> str:
+    """Number the candidate lines a syntax error or traceback names: models cannot count lines of their own code."""
+    evidence = verdict.evidence
+    name = Path(verdict.solution_path).name if verdict.solution_path else None
+    numbers = [int(n) for n in CANDIDATE_LINE.findall(evidence.cause)] if evidence.stage == "parse" else []
+    if name:
+        frames = re.findall(rf'File "[^"]*{re.escape(name)}", line (\d+)', evidence.log_tail)
+        numbers += [int(n) for n in frames[-1:]]
+    lines = source.splitlines()
+    keep = sorted({i for n in numbers for i in range(n - context, n + context + 1) if 1 <= i <= len(lines)})
+    return "\n".join(f"{i:4d} | {lines[i - 1]}" for i in keep)
+
+
+def render_feedback(verdict: Verdict, source: str) -> str:
+    """A refinement request: what the evaluator found wrong (or how fast it was), then ask for a better kernel.
+    Directories are dropped from paths: build and sandbox paths are noise to the model and private to us."""
+    text = ENV.get_template("feedback.j2").render(verdict=verdict, evidence=verdict.evidence, excerpt=_excerpt(verdict, source))
+    return DIRECTORIES.sub("", text).strip()
+
+
+def fenced(source: str) -> str:
+    return f"```python\n{source.rstrip()}\n```"
+
+
+def chat_messages(problem: Problem, history: list[Turn], target: Target = "cuda", size: str = "full") -> list[dict]:
+    """The whole conversation: the prompt, then per earlier attempt its code and the evaluator's feedback."""
+    messages = [
+        {"role": "system", "content": render_system(target)},
+        {"role": "user", "content": render_prompt(problem, target, size)},
+    ]
+    for turn in history:
+        messages.append({"role": "assistant", "content": fenced(turn.source)})
+        messages.append({"role": "user", "content": render_feedback(turn.verdict, turn.source)})
+    return messages
