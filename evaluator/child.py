@@ -72,6 +72,8 @@ def _run_model(chan: Channel, req: dict, model, problem) -> None:
 def _serve(chan: Channel, req: dict) -> None:
     device = req["device"]
     _strict_fp32()
+    if device == "cpu":
+        torch.set_num_threads(req["cpu_threads"])  # reference and candidate get the same cores
     chan.send("env", **_environment(device))
     problem = loading.load_problem(Path(req["problem_path"]), req["overrides"])
     if req["role"] == "reference":

@@ -44,6 +44,7 @@ class EvalSettings(BaseModel):
     min_reps: int = 10
     max_reps: int = 1000
     compile_baseline: bool = False  # also time torch.compile(reference)
+    cpu_threads: int = Field(1, ge=1)  # CPU runs: same thread count for both sides; 1 keeps timings stable
     limits: Limits = Field(default_factory=Limits)
     build_root: Path | None = None  # content-addressed build cache; default ~/.cache/kforge/builds
     jobs: int = Field(2, ge=1)  # parallel compiles

@@ -78,6 +78,7 @@ class _Batch:
             "device": s.device, "overrides": problem.meta.small if s.size == "small" else {},
             "init_seed": self.init_seed, "trial_seeds": self.trial_seeds, "timing_seed": self.timing_seed,
             "out_dir": str(out_dir), "leak_calls": s.leak_calls, "compile_baseline": s.compile_baseline,
+            "cpu_threads": s.cpu_threads,
             "timing": {"enabled": s.timing, "warmup_ms": s.warmup_ms, "rep_ms": s.rep_ms, "min_reps": s.min_reps,
                        "max_reps": s.max_reps},
         }

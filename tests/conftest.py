@@ -1,0 +1,45 @@
+"""Database URLs for the tests: a `url` test runs on SQLite and, when $KFORGE_TEST_POSTGRES_URL names a server
+(scripts/ci_postgres.sh starts one), again on a scratch PostgreSQL database of its own."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
+
+POSTGRES_ENV = "KFORGE_TEST_POSTGRES_URL"
+
+
+def scratch_postgres() -> Iterator[str]:
+    """A new database per test (the URL's user needs CREATEDB), dropped afterwards even if connections linger."""
+    base = os.environ.get(POSTGRES_ENV)
+    if not base:
+        pytest.skip(f"{POSTGRES_ENV} is not set (scripts/ci_postgres.sh starts a server and prints one)")
+    admin = create_engine(make_url(base), isolation_level="AUTOCOMMIT")
+    name = f"kforge_t_{secrets.token_hex(6)}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield admin.url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'kforge.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield sqlite_url
+    else:
+        yield from scratch_postgres()

@@ -1,0 +1,111 @@
+"""The evaluator end to end on CPU: every status from a real child process, most from a real compiled extension."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import CANDIDATES, SOLUTIONS
+from evaluator import CandidateJob, Limits, Status, Verdict, evaluate
+from reference_problems import resolve_problem
+
+HARDSWISH = SOLUTIONS / "scale_bias_hardswish"
+TEST_HARDSWISH = CANDIDATES / "scale_bias_hardswish"
+
+
+@pytest.fixture(scope="session")
+def verdicts(cpu_settings, tmp_path_factory) -> dict[str, Verdict]:
+    """One batch, as `kforge evaluate` runs it: compiles in parallel, then each candidate alone."""
+    scratch = tmp_path_factory.mktemp("static")
+    (scratch / "invalid.py").write_text("import torch\n\nclass Model:\n    pass\n")
+    (scratch / "syntax_error.py").write_text("class ModelNew(:\n    pass\n")
+    problem = resolve_problem("scale_bias_hardswish")
+    paths = [HARDSWISH / f"{n}.py" for n in ("cpu_fused_o3", "cpu_wrong", "cpu_compile_error", "cpu_runtime_error")]
+    paths += [TEST_HARDSWISH / "cpp_leak.py", TEST_HARDSWISH / "py_segfault.py", scratch / "invalid.py", scratch / "syntax_error.py"]
+    jobs = [CandidateJob(path=p, problem=problem) for p in paths]
+    jobs += [CandidateJob(path=SOLUTIONS / "matmul_maxpool_sum_scale/seed_003_0cc791c157c69bb6.py",
+                          problem=resolve_problem("matmul_maxpool_sum_scale")),
+             CandidateJob(path=SOLUTIONS / "avg_pool_2d/seed_001_a73418884c619a93.py", problem=resolve_problem("avg_pool_2d"))]
+    return {Path(v.solution_path).stem: v for v in evaluate(jobs, cpu_settings)}
+
+
+def test_every_job_gets_exactly_one_verdict(verdicts):
+    assert len(verdicts) == 10
+
+
+def test_fused_cpp_kernel_is_correct_and_faster_than_eager(verdicts):
+    v = verdicts["cpu_fused_o3"]
+    assert v.status is Status.CORRECT, v.evidence
+    assert v.evidence.max_abs_err is not None and v.evidence.max_abs_err <= 1e-4
+    assert v.candidate.reps >= 10 and v.reference.reps >= 10
+    assert v.speedup == pytest.approx(v.reference.median_ms / v.candidate.median_ms)
+    assert v.speedup > 1.0, (v.candidate, v.reference)
+    assert v.evidence.compile_s is not None and v.device_name
+
+
+def test_wrong_kernel_is_incorrect_with_where_and_how_much(verdicts):
+    v = verdicts["cpu_wrong"]
+    assert v.status is Status.INCORRECT
+    m = v.evidence.mismatch
+    assert m.max_abs_err > 1e-4 and len(m.worst_index) == 2 and 0 < m.bad_fraction <= 1
+    assert m.expected != m.got
+    assert v.speedup is None and v.candidate is None
+
+
+def test_compile_error_carries_the_compiler_line(verdicts):
+    v = verdicts["cpu_compile_error"]
+    assert v.status is Status.COMPILE_ERROR
+    assert "error:" in v.evidence.cause and "cannot convert" in v.evidence.cause
+    assert "main.cpp" in v.evidence.log_tail and v.evidence.stage == "compile"
+
+
+def test_exception_in_forward_is_a_runtime_error_with_traceback(verdicts):
+    v = verdicts["cpu_runtime_error"]
+    assert v.status is Status.RUNTIME_ERROR
+    assert "expected a (batch, seq, dim) input" in v.evidence.cause
+    assert "Traceback" in v.evidence.log_tail and v.evidence.stage == "correctness"
+
+
+def test_memory_kept_per_call_is_a_leak(verdicts):
+    v = verdicts["cpp_leak"]
+    assert v.status is Status.LEAK
+    assert v.evidence.leaked_bytes["host_rss"] >= 30 * 2**20  # 10 calls x 4 MiB
+
+
+def test_child_killed_by_a_signal_is_reported_not_raised(verdicts):
+    v = verdicts["py_segfault"]
+    assert v.status is Status.RUNTIME_ERROR
+    assert "SIGSEGV" in v.evidence.cause
+
+
+def test_static_failures_cost_no_compile(verdicts):
+    assert verdicts["invalid"].status is Status.INVALID
+    assert verdicts["syntax_error"].status is Status.SYNTAX_ERROR
+    truncated = verdicts["seed_003_0cc791c157c69bb6"]
+    assert truncated.status is Status.TRUNCATED and "unterminated" in truncated.evidence.cause
+    for name in ("invalid", "syntax_error", "seed_003_0cc791c157c69bb6"):
+        assert verdicts[name].evidence.compile_s is None
+
+
+def test_cuda_candidate_without_a_gpu_is_skipped(verdicts):
+    v = verdicts["seed_001_a73418884c619a93"]
+    assert v.status is Status.SKIPPED and "no CUDA device" in v.evidence.cause
+
+
+def test_hanging_candidate_times_out(cpu_settings):
+    settings = cpu_settings.model_copy(update={"limits": Limits(timeout_s=20)})
+    job = CandidateJob(path=TEST_HARDSWISH / "py_timeout.py", problem=resolve_problem("scale_bias_hardswish"))
+    (v,) = evaluate([job], settings)
+    assert v.status is Status.TIMEOUT and "correctness" in v.evidence.cause
+
+
+def test_scratch_space_is_removed(cpu_settings, tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    job = CandidateJob(path=TEST_HARDSWISH / "py_segfault.py", problem=resolve_problem("scale_bias_hardswish"))
+    assert [v.status for v in evaluate([job], cpu_settings)] == [Status.RUNTIME_ERROR]
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,37 @@
+"""Static checks and diagnosis: what kforge can say about a file without running it."""
+
+from __future__ import annotations
+
+from conftest import SOLUTIONS
+from evaluator import Status
+from evaluator.diagnose import hint_for
+from evaluator.static import check_source
+
+
+def test_seed_sources_are_classified_before_any_compile():
+    seeds = {p.parent.name + "/" + p.stem[:8]: check_source(p.read_text()) for p in SOLUTIONS.glob("*/seed_*.py")}
+    assert seeds["matmul_maxpool_sum_scale/seed_003"].status is Status.TRUNCATED
+    for name in ("avg_pool_1d/seed_000", "avg_pool_2d/seed_001", "conv1d/seed_002", "conv1d/seed_004"):
+        assert seeds[name].status is None and seeds[name].needs_cuda
+
+
+def test_cpu_extension_is_marked_cpu_only():
+    check = check_source((SOLUTIONS / "scale_bias_hardswish/cpu_fused_o3.py").read_text())
+    assert check.status is None and check.cpu_only and not check.needs_cuda
+
+
+def test_missing_model_new_and_broken_syntax():
+    assert check_source("x = 1\n").status is Status.INVALID
+    assert check_source("def f(:\n").status is Status.SYNTAX_ERROR
+    assert check_source("from elsewhere import ModelNew\n").status is None
+
+
+def test_hints_name_the_seed_failures():
+    assert "CUDAContext.h" in hint_for('cuda.cu(38): error: namespace "at::cuda" has no member "getCurrentCUDAStream"')
+    assert "cpp_sources" in hint_for("TypeError: load_inline() missing 1 required positional argument: 'cpp_sources'")
+    assert "extension module itself" in hint_for("TypeError: 'module' object is not callable")
+    assert "32-bit index overflow" in hint_for("CUDA error: an illegal memory access was encountered", 2**32)
+    assert hint_for("CUDA error: an illegal memory access was encountered", 1000) == ""
+    binding = "main.cpp:4:50: error: 'f' was not declared in this scope\n    4 | m.def(\"f\", torch::wrap_pybind_function(f));"
+    assert "cpp_sources" in hint_for(binding)
+    assert hint_for("main.cpp:11:25: error: 'n' was not declared in this scope\n   11 |     for (i = 0; i < n; ++i)") == ""
