@@ -43,3 +43,22 @@ def url(request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[str]:
         yield sqlite_url
     else:
         yield from scratch_postgres()
+
+
+# -- evaluator fixtures: one build cache per session, so a candidate file is compiled once whoever evaluates it --
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+CANDIDATES = Path(__file__).parent / "candidates"
+
+
+@pytest.fixture(scope="session")
+def build_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("builds")
+
+
+@pytest.fixture(scope="session")
+def cpu_settings(build_root):
+    from evaluator import EvalSettings
+
+    return EvalSettings(device="cpu", size="small", trials=3, warmup_ms=50, rep_ms=300, jobs=2, build_root=build_root)

@@ -1,0 +1,109 @@
+"""The `kforge` command as users run it: real subprocesses, a real SQLite file, one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SOLUTIONS
+from db import Database
+
+TRUNCATED = SOLUTIONS / "matmul_maxpool_sum_scale/seed_003_0cc791c157c69bb6.py"
+
+
+@pytest.fixture
+def kforge(tmp_path, build_root):
+    """Run `python -m kforge ...` with its own HOME, db and the session's build cache."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KFORGE_")}
+    env.update(HOME=str(tmp_path / "home"), KFORGE_BUILD_ROOT=str(build_root), KFORGE_DB=f"sqlite:///{tmp_path / 'k.db'}",
+               COLUMNS="200")
+
+    def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "kforge", *args], capture_output=True, text=True, env=env, timeout=900)
+        assert proc.returncode == expect, proc.stdout + proc.stderr
+        return proc
+
+    run.db_url = env["KFORGE_DB"]
+    return run
+
+
+def _rows(url: str) -> int:
+    return len(Database(url).evaluations())
+
+
+def test_submit_stores_once_and_reuses(kforge):
+    first = json.loads(kforge("submit", str(TRUNCATED), "--json").stdout)
+    assert first["status"] == "truncated" and first["problem"] == "matmul_maxpool_sum_scale" and not first["reused"]
+    assert first["speedup"] is None and len(first["solution_sha256"]) == 64
+    again = json.loads(kforge("submit", str(TRUNCATED), "--json").stdout)
+    assert again["reused"] and again["evaluation_id"] == first["evaluation_id"]
+    rerun = json.loads(kforge("submit", str(TRUNCATED), "--json", "--rerun").stdout)
+    assert not rerun["reused"] and rerun["evaluation_id"] != first["evaluation_id"]
+    assert _rows(kforge.db_url) == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["submit", str(SOLUTIONS.parent / "pyproject.toml")], "not a Python file"),
+    (["submit", "nowhere.py"], "no such file"),
+    (["submit", str(TRUNCATED), "--problem", "no_such_problem"], "unknown problem 'no_such_problem'"),
+    (["submit", str(SOLUTIONS / "conv1d/seed_002_af9917cd8bead545.py"), "--db", "sqlite:////nonexistent/dir/k.db"], "cannot open database"),
+    (["leaderboard", "--db", "notaurl"], "invalid database URL"),
+    (["evaluate", "no_such_dir"], "no such directory"),
+])
+def test_bad_input_is_one_line_and_loses_nothing(kforge, args, message):
+    kforge("submit", str(TRUNCATED))
+    before = _rows(kforge.db_url)
+    proc = kforge(*args, expect=2)
+    assert message in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert _rows(kforge.db_url) == before
+
+
+def test_non_python_bytes_and_missing_model_new(kforge, tmp_path):
+    binary = tmp_path / "blob.py"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    assert "not UTF-8" in kforge("submit", str(binary), "-p", "relu", expect=2).stderr
+    plain = tmp_path / "plain.py"
+    plain.write_text("import torch\n")
+    assert "no ModelNew" in kforge("submit", str(plain), "-p", "relu", expect=2).stderr
+
+
+def test_problem_file_without_model_is_rejected(kforge, tmp_path):
+    bad = tmp_path / "bad_problem.py"
+    bad.write_text("def get_inputs():\n    return []\n\ndef get_init_inputs():\n    return []\n")
+    proc = kforge("submit", str(TRUNCATED), "--problem", str(bad), expect=2)
+    assert "lacks Model" in proc.stderr
+
+
+def test_problem_can_be_any_kernelbench_file(kforge, tmp_path):
+    src = SOLUTIONS.parent / "reference_problems/relu.py"
+    shutil.copy(src, tmp_path / "my_relu.py")
+    out = json.loads(kforge("submit", str(TRUNCATED), "--problem", str(tmp_path / "my_relu.py"), "--json").stdout)
+    assert out["problem"] == "relu"  # the file's KFORGE_META names it
+
+
+def test_evaluate_directory_and_leaderboard(kforge, tmp_path):
+    """A solutions-style tree: a compiled correct kernel, a wrong one, a truncated seed; then the leaderboard."""
+    tree = tmp_path / "sols"
+    for rel in ("scale_bias_hardswish/cpu_fused_o3", "scale_bias_hardswish/cpu_wrong", "matmul_maxpool_sum_scale/seed_003_0cc791c157c69bb6"):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        for suffix in (".py", ".json"):
+            shutil.copy(SOLUTIONS / (rel + suffix), tree / (rel + suffix))
+    lines = [json.loads(ln) for ln in kforge("evaluate", str(tree), "--device", "cpu", "--json").stdout.splitlines()]
+    status = {Path(ln["path"]).stem: ln["status"] for ln in lines}
+    assert status == {"cpu_fused_o3": "correct", "cpu_wrong": "incorrect", "seed_003_0cc791c157c69bb6": "truncated"}
+    board = json.loads(kforge("leaderboard", "--json").stdout)
+    best = {row["problem"]: row for row in board["problems"]}
+    correct = next(ln for ln in lines if ln["status"] == "correct")
+    assert best["scale_bias_hardswish"]["best_speedup"] == pytest.approx(correct["speedup"])
+    assert best["scale_bias_hardswish"]["status_counts"] == {"correct": 1, "incorrect": 1}
+    assert set(board["fast_p"]) == {"0.0", "1.0", "1.5", "2.0"} and board["fast_p"]["0.0"] == 0.5
+    table = kforge("leaderboard").stdout
+    assert "scale_bias_hardswish" in table and "fast_1=" in table
+    shown = kforge("show", correct["solution_sha256"][:12]).stdout
+    assert "correct" in shown and "max_abs_err" in shown
