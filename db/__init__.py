@@ -11,7 +11,7 @@ from db.database import (
     NotFoundError,
     default_url,
 )
-from db.rows import EvaluationRow, GenerationRow, LeaderRow, SolutionRow
+from db.rows import EvaluationRow, GenerationRow, LeaderRow, ProblemRow, SolutionRow
 
 __all__ = [
     "ORIGINS",
@@ -22,6 +22,7 @@ __all__ = [
     "GenerationRow",
     "LeaderRow",
     "NotFoundError",
+    "ProblemRow",
     "SolutionRow",
     "default_url",
 ]

@@ -1,7 +1,8 @@
 """The `Database` facade: short atomic transactions over the kforge schema, plain rows out.
 
 SQLite by default (WAL + busy timeout + BEGIN IMMEDIATE for writes, so several evaluator
-processes can share one file); any SQLAlchemy URL works.
+processes can share one file); any SQLAlchemy URL works, PostgreSQL is tested. Opening a database
+brings its schema to the newest alembic revision (db/migrate.py).
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy import ColumnElement, Engine, create_engine, distinct, event, func, select, text
+from alembic.util import CommandError
+from sqlalchemy import ColumnElement, Engine, create_engine, distinct, event, func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.models import Base, Evaluation, Generation, Problem, Solution
-from db.rows import EvaluationRow, GenerationRow, LeaderRow, SolutionRow
+from db import migrate
+from db.models import Evaluation, Generation, Problem, Solution
+from db.rows import EvaluationRow, GenerationRow, LeaderRow, ProblemRow, SolutionRow
 
 ENV_VAR = "KFORGE_DB"
 CORRECT = "correct"
@@ -153,6 +156,10 @@ def _eval_filters(problem: str | None, device_name: str | None, size: str | None
     return where
 
 
+def _problem_row(problem: Problem) -> ProblemRow:
+    return ProblemRow.model_validate(problem, from_attributes=True)
+
+
 def _solution_row(sol: Solution) -> SolutionRow:
     parent = sol.parent.sha256 if sol.parent is not None else None
     cols = {k: getattr(sol, k) for k in ("id", "sha256", "path", "source", "origin", "model", "seed_id", "created_at")}
@@ -224,12 +231,15 @@ class Database:
         self._open(writer)
 
     def _open(self, writer: Engine) -> None:
-        """Fails fast with a readable message rather than at the first query."""
+        """Fails fast with a readable message rather than at the first query; migrates an older schema, taking
+        the write lock only then, so opening an up-to-date database stays a read."""
         try:
             with self._engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-            Base.metadata.create_all(writer)
-        except SQLAlchemyError as exc:
+                current = migrate.revision(conn)
+            if current != migrate.head():
+                with writer.begin() as conn:
+                    migrate.upgrade(conn)
+        except (SQLAlchemyError, CommandError) as exc:
             self._engine.dispose()
             raise DatabaseError(f"cannot open database {self.url!r}: {_one_line(exc)}") from exc
 
@@ -327,6 +337,21 @@ class Database:
         with self.session() as s, s.begin():
             sol = s.scalar(select(Solution).where(Solution.sha256 == sha256))
             return None if sol is None else _solution_row(sol)
+
+    @_guarded
+    def problems(self) -> list[ProblemRow]:
+        """Every registered problem, by level then name."""
+        with self.session() as s, s.begin():
+            return [_problem_row(p) for p in s.scalars(select(Problem).order_by(Problem.level, Problem.name))]
+
+    @_guarded
+    def solutions(self, problem: str | None = None) -> list[SolutionRow]:
+        """Every stored candidate in insertion order, optionally for one problem: reports list them all."""
+        stmt = select(Solution).order_by(Solution.id)
+        if problem is not None:
+            stmt = stmt.where(Solution.problem_id == _problem_id(problem))
+        with self.session() as s, s.begin():
+            return [_solution_row(sol) for sol in s.scalars(stmt)]
 
     @_guarded
     def solution_lineage(self, sha256: str) -> list[SolutionRow]:

@@ -12,6 +12,17 @@ class _Row(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+class ProblemRow(_Row):
+    """A registered problem as stored: where its file was when it was last registered."""
+
+    id: int
+    name: str
+    level: int
+    path: str
+    sha256: str
+    created_at: datetime
+
+
 class SolutionRow(_Row):
     """A stored candidate; parent_sha256 links it to the solution it was repaired from."""
 

@@ -290,7 +290,9 @@ def show(solution: Annotated[str, typer.Argument(help="solution sha256 (a prefix
 
 
 def main() -> None:
-    from pipeline.cli import generate  # imported here: pipeline.cli uses this module's helpers
+    from kforge.cli_report import register  # imported here: both use this module's helpers
+    from pipeline.cli import generate
 
     app.command("generate")(generate)
+    register(app)  # report, export, import; `problems import`
     app()

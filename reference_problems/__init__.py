@@ -1,5 +1,21 @@
 """Reference problems: KernelBench-format files plus a KFORGE_META dict, read without importing them."""
 
-from reference_problems.registry import Problem, ProblemError, ProblemMeta, list_problems, resolve_problem
+from reference_problems.registry import (
+    Problem,
+    ProblemError,
+    ProblemMeta,
+    import_problems,
+    list_problems,
+    resolve_problem,
+    user_problem_dir,
+)
 
-__all__ = ["Problem", "ProblemError", "ProblemMeta", "list_problems", "resolve_problem"]
+__all__ = [
+    "Problem",
+    "ProblemError",
+    "ProblemMeta",
+    "import_problems",
+    "list_problems",
+    "resolve_problem",
+    "user_problem_dir",
+]

@@ -36,4 +36,7 @@ KFORGE_META = {
     # the full input has 2^32 elements: 32-bit flat indices overflow
     "description": "nn.AvgPool2d(kernel_size=11) on a (16, 64, 2048, 2048) tensor",
     "small": {"batch_size": 2, "channels": 4, "height": 128, "width": 128},
+    # full size, by hand: fp32 in (16*64*2048^2) + out (16*64*186^2); 121 adds/div per output
+    "bytes_moved": 17_321_574_400,
+    "flops": 4_286_582_784,
 }

@@ -38,4 +38,7 @@ KFORGE_META = {
     "rtol": 1e-4,
     "description": "nn.Conv1d(64, 128, kernel_size=3, bias=False) on a (32, 64, 131072) tensor",
     "small": {"batch_size": 2, "in_channels": 8, "out_channels": 16, "length": 2048},
+    # full size, by hand: fp32 in + weight (128*64*3) + out (32*128*131070); 2*64*3 per output
+    "bytes_moved": 3_221_291_008,
+    "flops": 206_155_284_480,
 }

@@ -33,4 +33,7 @@ KFORGE_META = {
     "rtol": 1e-4,
     "description": "nn.LayerNorm(4096) on a (16, 2048, 4096) tensor",
     "small": {"batch_size": 2, "seq_len": 64, "hidden": 1024},
+    # full size, by hand: fp32 in + out (16*2048*4096) + weight and bias; ~8 per element
+    "bytes_moved": 1_073_774_592,
+    "flops": 1_073_741_824,
 }

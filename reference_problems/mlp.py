@@ -41,4 +41,7 @@ KFORGE_META = {
     "rtol": 1e-4,
     "description": "3-layer MLP 4096 -> 8192 -> 8192 -> 1024 with ReLU, batch 4096",
     "small": {"batch_size": 16, "input_size": 256, "hidden_size": 512, "output_size": 128},
+    # full size, by hand: fp32 x + 3 weights and biases + out (4096*1024); 2*4096*(4096*8192 + 8192^2 + 8192*1024)
+    "bytes_moved": 520_163_328,
+    "flops": 893_353_197_568,
 }

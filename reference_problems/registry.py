@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
+import re
+import shutil
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
 PROBLEM_DIR = Path(__file__).resolve().parent
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
+USER_DIR_ENV = "KFORGE_PROBLEMS_DIR"
+LEVEL_DIR = re.compile(r"level(\d+)")  # KernelBench's layout: level1/NN_name.py
 
 
 class ProblemError(ValueError):
@@ -27,6 +32,9 @@ class ProblemMeta(BaseModel):
         default_factory=dict, description="module globals overridden for the small (CPU-test) size"
     )
     description: str = ""
+    # what the full size must move and compute at least (speed of light); derived when absent
+    bytes_moved: int | None = Field(None, gt=0)
+    flops: int | None = Field(None, gt=0)
 
 
 class Problem(BaseModel):
@@ -61,6 +69,17 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def _folder_level(path: Path) -> int:
+    """KernelBench files carry no metadata: their level is the levelN folder they sit in."""
+    match = LEVEL_DIR.fullmatch(path.parent.name)
+    return int(match.group(1)) if match else 1
+
+
+def user_problem_dir() -> Path:
+    """Where `kforge problems import` puts problem files: $KFORGE_PROBLEMS_DIR or ~/.kforge/problems."""
+    return Path(os.environ.get(USER_DIR_ENV) or Path.home() / ".kforge" / "problems")
+
+
 def load_problem_file(path: Path) -> Problem:
     """Validate a KernelBench-format file and read its metadata, without executing it."""
     path = Path(path).resolve()
@@ -75,16 +94,48 @@ def load_problem_file(path: Path) -> Problem:
     if missing:
         raise ProblemError(f"problem file {path.name} lacks {', '.join(missing)} (KernelBench format needs {', '.join(REQUIRED)})")
     try:
-        meta = ProblemMeta(**({"name": path.stem} | (_meta_literal(tree) or {})))
+        meta = ProblemMeta(**({"name": path.stem, "level": _folder_level(path)} | (_meta_literal(tree) or {})))
     except (ValidationError, ValueError) as exc:
         raise ProblemError(f"bad KFORGE_META in {path.name}: {exc}") from None
     return Problem(meta=meta, path=path, sha256=hashlib.sha256(raw).hexdigest())
 
 
+def _level_files(root: Path) -> list[Path]:
+    """The .py files of every levelN/ folder under root (root itself may be one)."""
+    return sorted(p for p in root.rglob("*.py") if LEVEL_DIR.fullmatch(p.parent.name))
+
+
 def list_problems() -> list[Problem]:
-    """Every problem registered in reference_problems/, sorted by level then name."""
+    """Every problem in reference_problems/ and the user problem dir, sorted by level then name."""
     files = [p for p in PROBLEM_DIR.glob("*.py") if not p.name.startswith("_") and p.name != "registry.py"]
+    files += _level_files(user_problem_dir()) if user_problem_dir().is_dir() else []
     return sorted((load_problem_file(p) for p in files), key=lambda p: (p.meta.level, p.name))
+
+
+def import_problems(root: Path) -> tuple[list[Problem], list[tuple[Path, str]]]:
+    """Copies KernelBench files (root/.../levelN/*.py) into the user problem dir, keeping levelN/ so that
+    level and name survive; returns (imported, [(skipped file, why)]). Re-importing a file is a no-op."""
+    if not Path(root).is_dir():
+        raise ProblemError(f"no such directory: {root}")
+    dest = user_problem_dir().resolve()
+    taken = {p.name: p.path for p in list_problems()}
+    imported, skipped = [], []
+    for path in _level_files(Path(root).resolve()):
+        target = dest / path.parent.name / path.name
+        try:
+            problem = load_problem_file(path)
+        except ProblemError as exc:
+            skipped.append((path, str(exc)))
+            continue
+        if taken.get(problem.name, target) != target:
+            skipped.append((path, f"name '{problem.name}' is taken by {taken[problem.name]}"))
+            continue
+        if path != target:  # importing the user dir itself changes nothing
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+        taken[problem.name] = target
+        imported.append(load_problem_file(target))
+    return imported, skipped
 
 
 def resolve_problem(name_or_path: str) -> Problem:

@@ -31,4 +31,7 @@ KFORGE_META = {
     "rtol": 1e-4,
     "description": "torch.relu on a (4096, 65536) tensor",
     "small": {"batch_size": 16, "dim": 16384},
+    # full size, by hand: fp32 in + out (4096*65536); 1 per element
+    "bytes_moved": 2_147_483_648,
+    "flops": 268_435_456,
 }

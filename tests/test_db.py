@@ -1,4 +1,5 @@
-"""Tests of the db package against real SQLite files (no mocks: WAL, locks and JSON are the point)."""
+"""Tests of the db package against real SQLite files and, given a server, PostgreSQL (no mocks: WAL, locks, JSON
+and concurrent writers are the point; the `url` fixture is in conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,6 @@ from db import ConflictError, Database, DatabaseError, NotFoundError, default_ur
 from db.models import Problem
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'kforge.db'}"
 
 
 @pytest.fixture
@@ -109,6 +105,19 @@ def test_lineage_walks_up_to_the_root(db: Database) -> None:
     assert [r.parent_sha256 for r in chain] == ["kid", "root", None]
     assert db.solution_lineage("root")[0].parent_sha256 is None
     assert db.solution_lineage("unknown") == []
+
+
+def test_problems_and_solutions_listings(db: Database) -> None:
+    add_problem(db, "relu", level=2)
+    add_problem(db, "gelu", level=1)
+    db.upsert_solution("kid", "relu", "b", model="m")
+    db.upsert_solution("root", "gelu", "a")
+    assert [(p.name, p.level, p.path) for p in db.problems()] == [
+        ("gelu", 1, "reference_problems/gelu.py"), ("relu", 2, "reference_problems/relu.py")
+    ]  # fmt: skip
+    assert [s.sha256 for s in db.solutions()] == ["kid", "root"]
+    assert [(s.sha256, s.model) for s in db.solutions(problem="relu")] == [("kid", "m")]
+    assert db.solutions(problem="nope") == []
 
 
 # -- evaluations --------------------------------------------------------------------------------
@@ -294,8 +303,8 @@ def test_reopen_keeps_data(url: str) -> None:
         assert second.get_solution("abc").source == "x"
 
 
-def test_sqlite_uses_wal_and_busy_timeout(db: Database) -> None:
-    with db.session() as s:
+def test_sqlite_uses_wal_and_busy_timeout(sqlite_url: str) -> None:
+    with Database(sqlite_url) as db, db.session() as s:
         assert s.connection().exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert s.connection().exec_driver_sql("PRAGMA busy_timeout").scalar() >= 10_000
         assert s.connection().exec_driver_sql("PRAGMA foreign_keys").scalar() == 1

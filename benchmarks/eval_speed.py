@@ -1,0 +1,83 @@
+"""How fast is batch evaluation? Serial in-process (the naive way) vs kforge cold vs kforge warm, side by side.
+
+Usage: python benchmarks/eval_speed.py DIR [--device cpu|cuda] [--size small|full] [--jobs N] [--skip-naive]
+DIR is a solutions-style tree (DIR/<problem>/<name>.py). Prints one JSON object: wall time per mode, and per
+candidate the compile seconds, cache hits and device time (the median of the candidate's timed calls).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from evaluator import CandidateJob, EvalSettings, evaluate
+from evaluator.loading import import_file, load_problem
+from evaluator.timing import bench
+from evaluator.trials import build_model, make_inputs
+from reference_problems import list_problems
+
+
+def _jobs(directory: Path) -> list[CandidateJob]:
+    known = {p.name: p for p in list_problems()}
+    return [CandidateJob(path=p, problem=known[p.parent.name]) for p in sorted(directory.rglob("*.py")) if p.parent.name in known]
+
+
+def naive(jobs: list[CandidateJob], settings: EvalSettings) -> dict:
+    """One process, one candidate after another: compile, run both models, time both. What kforge replaces."""
+    start, per = time.perf_counter(), {}
+    for job in jobs:
+        os.environ["TORCH_EXTENSIONS_DIR"] = tempfile.mkdtemp(prefix="naive-")
+        t0 = time.perf_counter()
+        try:
+            module = import_file(job.path, f"naive_{job.path.stem}")
+        except Exception as exc:  # noqa: BLE001 - the naive way has no sandbox: a failure just ends this candidate
+            per[job.path.name] = {"error": type(exc).__name__}
+            continue
+        compile_s = time.perf_counter() - t0
+        problem = load_problem(job.problem.path, job.problem.meta.small if settings.size == "small" else {})
+        inputs = make_inputs(problem, 0, settings.device)
+        with torch.no_grad():
+            ref, cand = (build_model(cls, problem, 0, settings.device) for cls in (problem.Model, module.ModelNew))
+            for model in (ref, cand):
+                bench(lambda: model(*inputs), settings.device, settings.warmup_ms, settings.rep_ms, settings.min_reps, settings.max_reps)
+        per[job.path.name] = {"compile_s": compile_s}
+    return {"wall_s": time.perf_counter() - start, "candidates": per}
+
+
+def with_kforge(jobs: list[CandidateJob], settings: EvalSettings) -> dict:
+    start = time.perf_counter()
+    per = {Path(v.solution_path).name: {"status": v.status.value, "compile_s": v.evidence.compile_s,
+                                         "cache_hit": v.evidence.cache_hit, "wall_s": v.wall_s,
+                                         "device_ms": v.candidate.median_ms if v.candidate else None}
+           for v in evaluate(jobs, settings)}
+    return {"wall_s": time.perf_counter() - start, "candidates": per}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count())
+    parser.add_argument("--skip-naive", action="store_true")
+    args = parser.parse_args()
+    jobs = _jobs(args.directory)
+    cache = Path(tempfile.mkdtemp(prefix="kforge-bench-builds-"))
+    settings = EvalSettings(device=args.device, size=args.size, jobs=args.jobs, build_root=cache, warmup_ms=50, rep_ms=300)
+    report = {"candidates": len(jobs), "device": args.device, "size": args.size, "jobs": args.jobs,
+              "kforge_cold": with_kforge(jobs, settings), "kforge_warm": with_kforge(jobs, settings)}
+    if not args.skip_naive:
+        report["naive_serial"] = naive(jobs, settings)
+        report["naive_over_cold"] = report["naive_serial"]["wall_s"] / report["kforge_cold"]["wall_s"]
+    report["cold_over_warm"] = report["kforge_cold"]["wall_s"] / report["kforge_warm"]["wall_s"]
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

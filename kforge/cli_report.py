@@ -1,0 +1,91 @@
+"""`kforge report`, `kforge export`, `kforge import` and `kforge problems import`, registered on the main app
+by register(); kept apart from kforge/cli.py so the evaluation commands and these evolve independently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from kforge import cli
+from kforge.cli import DbOpt, JsonOpt, UserError, friendly, open_db
+from kforge.report import write_report
+from kforge.transfer import TransferError, export_jsonl, import_jsonl
+from reference_problems import import_problems, user_problem_dir
+
+problems_app = typer.Typer(help="List the registered problems, or import KernelBench ones.", invoke_without_command=True)
+
+
+@friendly
+def report(out_dir: Annotated[Path, typer.Option("--html", help="directory to write index.html and candidate pages into")],
+           db: DbOpt = None) -> None:
+    """Render the stored results as a static HTML leaderboard (no network needed to view it)."""
+    index = write_report(open_db(db), out_dir)
+    cli.out.print(f"wrote {index}  (open file://{index.resolve()} in a browser)", markup=False, highlight=False, soft_wrap=True)
+
+
+@friendly
+def export(file: Annotated[Path, typer.Option("--jsonl", help="file to write, '-' for stdout")], db: DbOpt = None) -> None:
+    """Write every problem, solution and evaluation as JSON lines, for `kforge import` elsewhere."""
+    database = open_db(db)
+    if str(file) == "-":
+        counts = export_jsonl(database, typer.get_text_stream("stdout"))
+    else:
+        with file.open("w") as fh:
+            counts = export_jsonl(database, fh)
+    cli.err.print("exported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()) if counts else "nothing to export")
+
+
+@friendly
+def import_(file: Annotated[Path, typer.Argument(help="a `kforge export --jsonl` file")], db: DbOpt = None,
+            as_json: JsonOpt = False) -> None:
+    """Add the records of an export to this database; importing the same file twice adds nothing."""
+    if not file.is_file():
+        raise UserError(f"no such file: {file}")
+    try:
+        counts = import_jsonl(open_db(db), file)
+    except TransferError as exc:
+        raise UserError(str(exc)) from None
+    if as_json:
+        print(json.dumps(dict(counts)))
+    else:
+        cli.out.print(", ".join(f"{n} {what}" for what, n in sorted(counts.items())) or "nothing to import")
+
+
+@problems_app.callback()
+def problems_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List the registered problems (reference ones and imported ones)."""
+    if ctx.invoked_subcommand is None:
+        cli.problems(as_json)
+
+
+@problems_app.command("import")
+@friendly
+def problems_import(path: Annotated[Path, typer.Argument(help="KernelBench checkout (or its level folders)")],
+                    as_json: JsonOpt = False) -> None:
+    """Copy KernelBench problem files (levelN/NN_name.py) into the user problem dir, so --problem NAME finds them."""
+    imported, skipped = import_problems(path)
+    if as_json:
+        print(json.dumps({"imported": [{"name": p.name, "level": p.meta.level, "path": str(p.path)} for p in imported],
+                          "skipped": [{"path": str(f), "reason": why} for f, why in skipped]}, indent=1))
+        return
+    table = Table(title=f"imported into {user_problem_dir()}")
+    for col in ("name", "level"):
+        table.add_column(col)
+    for p in imported:
+        table.add_row(p.name, str(p.meta.level))
+    cli.out.print(table)
+    for f, why in skipped:
+        cli.err.print(f"kforge: skipped {f}: {why}", markup=False, highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Adds these commands to kforge's app; `problems` becomes a group (listing stays its default action)."""
+    app.registered_commands[:] = [c for c in app.registered_commands if c.callback is not cli.problems]
+    app.command("report")(report)
+    app.command("export")(export)
+    app.command("import")(import_)
+    app.add_typer(problems_app, name="problems")

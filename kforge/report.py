@@ -1,0 +1,308 @@
+"""Static HTML leaderboard: index.html plus one page per candidate, self-contained (inline CSS, script and
+SVG plots), so it can be opened from disk or copied anywhere and viewed without network.
+
+One board per (device, size): speedups measured on different hardware or problem sizes never mix.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import ClassVar
+
+import jinja2
+
+from db import Database, EvaluationRow, LeaderRow, ProblemRow, SolutionRow
+from kforge.speed_of_light import Achieved, Cost, achieved, costs
+from reference_problems import Problem, ProblemError, list_problems
+from reference_problems.registry import load_problem_file
+
+CORRECT = "correct"
+FAST_P = (0.0, 1.0, 1.5, 2.0)  # KernelBench's published thresholds
+
+
+# -- formatting ----------------------------------------------------------------------------------
+
+
+def page_of(sha256: str) -> str:
+    """Candidate page, relative to the report root."""
+    return f"candidates/{sha256[:16]}.html"
+
+
+def candidate_name(path: str | None, sha256: str) -> str:
+    return Path(path).name if path else sha256[:12]
+
+
+def fmt_num(value: float | None, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:.3g}{suffix}"
+
+
+def fmt_rate(value: float | None, unit: str) -> str:
+    """1.2e12 B/s -> '1.2 TB/s'."""
+    if value is None:
+        return "-"
+    prefixes = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+    scale, prefix = next(((s, p) for s, p in prefixes if value >= s), (1.0, ""))
+    return f"{value / scale:.3g} {prefix}{unit}"
+
+
+def fmt_pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("kforge", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(page=page_of, num=fmt_num, rate=fmt_rate, pct=fmt_pct)
+    env.globals.update(candidate_name=candidate_name)
+    return env
+
+
+# -- charts --------------------------------------------------------------------------------------
+
+
+WIDTH, HEIGHT = 440, 250  # chart size in pixels
+LEFT, RIGHT, TOP, BOTTOM = 48, 14, 12, 40  # room for tick labels around the plot area
+
+
+class _Frame:
+    """Maps data ranges onto the plot area of a chart (y grows upwards)."""
+
+    def __init__(self, x_lo: float, x_hi: float, y_hi: float) -> None:
+        self.x_lo, self.x_hi, self.y_hi = x_lo, x_hi, y_hi
+        self.x0, self.x1, self.y0, self.y1 = LEFT, WIDTH - RIGHT, HEIGHT - BOTTOM, TOP
+
+    def x(self, v: float) -> float:
+        return round(self.x0 + (v - self.x_lo) / (self.x_hi - self.x_lo) * (self.x1 - self.x0), 1)
+
+    def y(self, v: float) -> float:
+        return round(self.y0 - v / self.y_hi * (self.y0 - self.y1), 1)
+
+
+@dataclass(frozen=True)
+class Chart:
+    """Pixel geometry of one SVG plot: computed here, only drawn by the template."""
+
+    frame: _Frame
+    x_label: str
+    y_label: str
+    x_ticks: list[tuple[float, str]]
+    y_ticks: list[tuple[float, str]]
+    path: str = ""  # a step curve
+    bars: list[tuple[float, float, float, float, str]] = field(default_factory=list)  # x, y, w, h, tooltip
+    marker: float | None = None  # x of the 1x line
+    width: ClassVar[int] = WIDTH
+    height: ClassVar[int] = HEIGHT
+
+
+def _nice_step(span: float, n: int = 5) -> float:
+    raw = span / n
+    mag = 10 ** math.floor(math.log10(raw))
+    return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+
+
+def fast_p_chart(fast: dict[float, float], x_max: float) -> Chart:
+    """fast_p as a step curve: `fast` holds the fraction at 0 and at every best speedup (where it drops)."""
+    f = _Frame(0.0, x_max, 1.0)
+    steps = sorted(fast.items())
+    path = f"M {f.x(0)} {f.y(steps[0][1])} " + " ".join(f"H {f.x(p)} V {f.y(v)}" for p, v in steps[1:])
+    step = _nice_step(x_max)
+    x_ticks = [(f.x(i * step), f"{i * step:g}") for i in range(int(x_max / step) + 1)]
+    y_ticks = [(f.y(v), f"{v:.2g}") for v in (0, 0.25, 0.5, 0.75, 1)]
+    return Chart(f, "p (speedup over eager)", "fast_p", x_ticks, y_ticks, path=f"{path} H {f.x(x_max)}",
+                 marker=f.x(1) if x_max > 1 else None)  # fmt: skip
+
+
+def _power_label(k: int) -> str:
+    return f"{2**k}x" if k >= 0 else f"1/{2**-k}x"
+
+
+def histogram_chart(speedups: list[float]) -> Chart:
+    """Correct timed runs per power-of-two speedup bin, so 0.05x and 20x fit one axis."""
+    lo, hi = math.floor(math.log2(min(speedups))), math.ceil(math.log2(max(speedups)))
+    hi = max(hi, lo + 1)
+    counts = [0] * (hi - lo)
+    for s in speedups:
+        counts[min(math.floor(math.log2(s)), hi - 1) - lo] += 1
+    f = _Frame(lo, hi, max(counts))
+    gap = (f.x(1) - f.x(0)) * 0.08
+    bars = [(f.x(k) + gap, f.y(n), f.x(k + 1) - f.x(k) - 2 * gap, f.y(0) - f.y(n),
+             f"{n} in [{_power_label(k)}, {_power_label(k + 1)})") for k, n in enumerate(counts, lo) if n]
+    stride = math.ceil((hi - lo) / 8)  # at most ~9 labels: "1/1024x" is wide
+    x_ticks = [(f.x(k), _power_label(k)) for k in range(lo, hi + 1) if k % stride == 0]
+    y_step = max(1, math.ceil(max(counts) / 4))
+    y_ticks = [(f.y(v), str(v)) for v in range(0, max(counts) + 1, y_step)]
+    return Chart(f, "speedup over eager (log scale)", "correct runs", x_ticks, y_ticks, bars=bars,
+                 marker=f.x(0) if lo <= 0 <= hi else None)  # fmt: skip
+
+
+# -- data ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """One evaluation and, when correct at full size, how close it came to the device's peaks."""
+
+    row: EvaluationRow
+    sol: Achieved | None
+
+
+@dataclass(frozen=True)
+class ModelLine:
+    model: str
+    candidates: int
+    evaluations: int
+    correct_rate: float
+    attempted: int
+    solved: int
+    fast_1: float
+    best: float | None
+    geomean: float | None
+
+
+@dataclass(frozen=True)
+class Board:
+    """The leaderboard of one device and problem size."""
+
+    device_name: str
+    size: str
+    rows: list[tuple[LeaderRow, Achieved | None]]
+    fast_p: dict[float, float]
+    geomean: float | None
+    models: list[ModelLine]
+    curve: Chart | None
+    histogram: Chart | None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    sol: SolutionRow
+    runs: list[Run]  # newest first
+    ancestors: list[SolutionRow]  # parent first, root last
+    children: list[SolutionRow]
+
+    @property
+    def name(self) -> str:
+        return candidate_name(self.sol.path, self.sol.sha256)
+
+    @property
+    def best_speedup(self) -> float | None:
+        return max((r.row.speedup for r in self.runs if r.row.status == CORRECT and r.row.speedup), default=None)
+
+
+def _speed_of_light(cost: Cost | None, size: str, ms: float | None, device_name: str) -> Achieved | None:
+    """Declared costs are for the full size; a small-size run or a missing time has nothing to compare."""
+    if cost is None or size != "full" or not ms:
+        return None
+    return achieved(cost, ms / 1e3, device_name)
+
+
+def _problem_files(stored: list[ProblemRow]) -> list[Problem]:
+    """The registered file of each stored problem, else the file at its stored path (if still there)."""
+    registered = {p.name: p for p in list_problems()}
+    found = []
+    for row in stored:
+        try:
+            found.append(registered.get(row.name) or load_problem_file(Path(row.path)))
+        except ProblemError:
+            continue
+    return found
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(math.fsum(map(math.log, values)) / len(values)) if values else None
+
+
+def _model_line(model: str, runs: list[EvaluationRow]) -> ModelLine:
+    best: dict[str, float] = {}
+    for r in runs:
+        if r.status == CORRECT and r.speedup:
+            best[r.problem] = max(r.speedup, best.get(r.problem, 0.0))
+    attempted = len({r.problem for r in runs})
+    return ModelLine(
+        model=model,
+        candidates=len({r.solution_sha256 for r in runs}),
+        evaluations=len(runs),
+        correct_rate=sum(r.status == CORRECT for r in runs) / len(runs),
+        attempted=attempted,
+        solved=len({r.problem for r in runs if r.status == CORRECT}),
+        fast_1=sum(b > 1 for b in best.values()) / attempted,
+        best=max(best.values(), default=None),
+        geomean=_geomean(list(best.values())),
+    )
+
+
+def _models(runs: list[EvaluationRow]) -> list[ModelLine]:
+    """Per solution model: how often it is correct and how fast its best kernels are."""
+    by_model: dict[str, list[EvaluationRow]] = defaultdict(list)
+    for r in runs:
+        by_model[r.model or "unknown"].append(r)
+    return sorted((_model_line(m, rs) for m, rs in by_model.items()), key=lambda m: (-(m.geomean or 0), m.model))
+
+
+def _board(db: Database, device_name: str, size: str, runs: list[EvaluationRow], cost: dict[str, Cost]) -> Board:
+    rows = [r for r in db.leaderboard(device_name=device_name, size=size) if r.n_evaluations]
+    best = sorted({r.best_speedup for r in rows if r.best_speedup})
+    timed = [r.speedup for r in runs if r.status == CORRECT and r.speedup]
+    return Board(
+        device_name=device_name,
+        size=size,
+        rows=[(r, _speed_of_light(cost.get(r.problem), size, r.candidate_ms, device_name)) for r in rows],
+        fast_p=db.fast_p(FAST_P, device_name=device_name, size=size),
+        geomean=db.geomean_speedup(device_name=device_name, size=size),
+        models=_models(runs),
+        curve=fast_p_chart(db.fast_p([0.0, *best], device_name=device_name, size=size), best[-1] * 1.05) if best else None,
+        histogram=histogram_chart(timed) if timed else None,
+    )
+
+
+def _boards(db: Database, runs: list[EvaluationRow], cost: dict[str, Cost]) -> list[Board]:
+    """Full-size boards first: they are the ones that matter."""
+    groups: dict[tuple[str, str], list[EvaluationRow]] = defaultdict(list)
+    for r in runs:
+        groups[(r.device_name, r.size)].append(r)
+    keys = sorted(groups, key=lambda k: (k[1] != "full", k[0]))
+    return [_board(db, name, size, groups[(name, size)], cost) for name, size in keys]
+
+
+def _candidates(db: Database, runs: list[EvaluationRow], cost: dict[str, Cost]) -> list[Candidate]:
+    solutions = db.solutions()
+    children: dict[str, list[SolutionRow]] = defaultdict(list)
+    runs_of: dict[str, list[Run]] = defaultdict(list)
+    for s in solutions:
+        if s.parent_sha256:
+            children[s.parent_sha256].append(s)
+    for r in runs:
+        sol = _speed_of_light(cost.get(r.problem), r.size, r.candidate_ms, r.device_name) if r.status == CORRECT else None
+        runs_of[r.solution_sha256].append(Run(r, sol))
+    return [Candidate(s, runs_of[s.sha256], db.solution_lineage(s.sha256)[1:], children[s.sha256]) for s in solutions]
+
+
+# -- output --------------------------------------------------------------------------------------
+
+
+def write_report(db: Database, out_dir: Path) -> Path:
+    """Renders the report into out_dir (created; files of an earlier report are overwritten) and
+    returns the path of its index.html."""
+    runs = db.evaluations()
+    cost = costs(_problem_files(db.problems()))
+    candidates = _candidates(db, runs, cost)
+    env, stamp = _environment(), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    out_dir = Path(out_dir)
+    (out_dir / "candidates").mkdir(parents=True, exist_ok=True)
+    for c in candidates:
+        html = env.get_template("candidate.html.j2").render(c=c, root="../", stamp=stamp)
+        (out_dir / page_of(c.sol.sha256)).write_text(html)
+    index = out_dir / "index.html"
+    index.write_text(env.get_template("index.html.j2").render(
+        boards=_boards(db, runs, cost), candidates=candidates, n_runs=len(runs), root="", stamp=stamp, db_url=db.url
+    ))  # fmt: skip
+    return index

@@ -1,0 +1,319 @@
+"""HTML report, JSONL export/import, KernelBench problem import and speed of light, against real SQLite files
+filled through the db API (no evaluator runs); the report is also loaded in real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from db import Database
+from kforge import cli
+from kforge.cli_report import register
+from kforge.report import histogram_chart, page_of, write_report
+from kforge.speed_of_light import Cost, achieved, costs, derive
+from kforge.transfer import TransferError, export_jsonl, import_jsonl
+from reference_problems import import_problems, list_problems, resolve_problem
+from reference_problems.registry import load_problem_file
+
+H100 = "NVIDIA H100 80GB HBM3"
+T0 = datetime(2025, 3, 1, 12, tzinfo=UTC)
+SCRIPT = '<script>alert("pwned")</script>'
+EXTERNAL = re.compile(r"""(?:(?:src|href|action)\s*=|url\()\s*["']?\s*(?:[a-z]+:)?//""", re.I)  # also //host/x
+
+KERNELBENCH_FILE = """\
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(256, 128)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+batch_size = 64
+
+def get_inputs():
+    return [torch.randn(batch_size, 256)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def _timing(median: float) -> dict:
+    return {"median_ms": median, "mean_ms": median * 1.01, "min_ms": median * 0.98, "max_ms": median * 1.1,
+            "std_ms": median * 0.02, "cv": 0.02, "reps": 200, "method": "cuda_events+l2_flush"}  # fmt: skip
+
+
+def _solution(db: Database, problem: str, name: str, model: str, parent: str | None = None, origin: str = "generated") -> str:
+    sha = f"{problem}-{name}".ljust(64, "0")
+    source = f"# {name}\nimport torch\n{SCRIPT if name == 'seed' else ''}\nclass ModelNew(torch.nn.Module):\n    pass\n"
+    db.upsert_solution(sha, problem, source, path=f"solutions/{problem}/{name}.py", origin=origin, model=model,
+                       parent_sha256=parent)  # fmt: skip
+    return sha
+
+
+def _correct(db: Database, sha: str, cand_ms: float, ref_ms: float, *, device_name: str = H100, size: str = "full",
+             minutes: int = 0) -> None:
+    db.add_evaluation(sha, status="correct", cause=f"correct in 3 trials; {ref_ms / cand_ms:.3g}x vs eager",
+                      evidence={"cause": "correct", "max_abs_err": 1e-6, "compile_s": 41.5, "cache_hit": False},
+                      device="cpu" if device_name == "cpu" else "cuda", device_name=device_name, size=size,
+                      candidate_ms=cand_ms, candidate_std_ms=cand_ms * 0.02, reference_ms=ref_ms,
+                      compiled_reference_ms=ref_ms * 0.9, speedup=ref_ms / cand_ms,
+                      speedup_vs_compile=ref_ms * 0.9 / cand_ms, torch_version="2.5.1", cuda_version="12.4",
+                      timings={"candidate": _timing(cand_ms), "reference": _timing(ref_ms)}, wall_s=60.0,
+                      created_at=T0 + timedelta(minutes=minutes))  # fmt: skip
+
+
+def fill(db: Database) -> dict[str, str]:
+    """relu: a seed that fails to compile, refined into a 2.5x kernel; softmax: a wrong and a 1.3x one;
+    matmul: 0.8x on the H100 and 1.1x on the CPU at the small size."""
+    for problem in ("relu", "softmax", "matmul"):
+        p = resolve_problem(problem)
+        db.upsert_problem(p.name, p.meta.level, str(p.path), p.sha256)
+    s = {"seed": _solution(db, "relu", "seed", "gpt-4o", origin="seed")}
+    s["repair"] = _solution(db, "relu", "repair", "gpt-4o", parent=s["seed"], origin="repair")
+    s["wrong"] = _solution(db, "softmax", "wrong", "claude-sonnet")
+    s["online"] = _solution(db, "softmax", "online", "claude-sonnet")
+    s["tiled"] = _solution(db, "matmul", "tiled", "claude-sonnet")
+    db.add_evaluation(s["seed"], status="compile_error", cause="compiling the extension failed",
+                      evidence={"stage": "compile", "hint": "include <ATen/cuda/CUDAContext.h>",
+                                "log_tail": "kernel.cu(12): error: identifier \"getCurrentCUDAStream\" is undefined <&>"},
+                      device="cuda", device_name=H100, created_at=T0)  # fmt: skip
+    _correct(db, s["repair"], 1.0, 2.5, minutes=1)  # relu full size: 2^31 bytes in 1 ms = 64.1% of 3.35 TB/s
+    db.add_evaluation(s["wrong"], status="incorrect", cause="max abs err 0.5 > atol",
+                      evidence={"stage": "correctness", "mismatch": {"trial": 0, "max_abs_err": 0.5, "max_rel_err": 2.0,
+                                "worst_index": [3, 17], "expected": 0.25, "got": 0.75, "bad_fraction": 0.125}},
+                      device="cuda", device_name=H100, created_at=T0 + timedelta(minutes=2))  # fmt: skip
+    _correct(db, s["online"], 4.0, 5.2, minutes=3)
+    _correct(db, s["tiled"], 10.0, 8.0, minutes=4)
+    _correct(db, s["tiled"], 2.0, 2.2, device_name="cpu", size="small", minutes=5)
+    return s
+
+
+@pytest.fixture
+def filled(tmp_path: Path) -> tuple[Database, dict[str, str]]:
+    with Database(f"sqlite:///{tmp_path / 'kforge.db'}") as db:
+        yield db, fill(db)
+
+
+@pytest.fixture
+def report(filled, tmp_path: Path) -> Path:
+    return write_report(filled[0], tmp_path / "report")
+
+
+def _hrefs(page: Path) -> list[str]:
+    return re.findall(r'href="([^"]+)"', page.read_text())
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def test_index_shows_boards_speedups_and_speed_of_light(report: Path) -> None:
+    html = report.read_text()
+    assert html.count("<svg") == 4  # fast_p curve and histogram on each of the two boards
+    assert html.index(H100) < html.index(">cpu <")  # the full-size board comes first
+    assert "2.5x" in html and "1.3x" in html and "0.8x" in html  # best per problem vs eager
+    assert "2.25x" in html  # relu vs torch.compile: 2.5 * 0.9 / 1.0
+    assert "2.15 TB/s (64.1%)" in html  # relu: achieved bandwidth and its fraction of the H100's peak
+    assert "13.7 TFLOP/s (20.5%)" in html  # matmul: 2*4096^3 FLOPs in 10 ms
+    assert "compile_error 1" in html and "incorrect 1" in html
+    assert "gpt-4o" in html and "claude-sonnet" in html
+    assert "<script>" in html and "dataset.ready" in html  # the page's own script
+
+
+def test_every_candidate_has_a_page_and_links_resolve(filled, report: Path) -> None:
+    db, s = filled
+    pages = sorted((report.parent / "candidates").glob("*.html"))
+    assert [p.relative_to(report.parent).as_posix() for p in pages] == sorted(page_of(sha) for sha in s.values())
+    for page in [report, *pages]:
+        text = page.read_text()
+        assert not EXTERNAL.search(text) and "http://" not in text and "https://" not in text, page
+        for href in _hrefs(page):
+            if not href.startswith(("data:", "#")):
+                assert (page.parent / href).resolve().is_file(), f"{page.name}: {href}"
+
+
+def test_candidate_page_has_source_evidence_and_lineage(filled, report: Path) -> None:
+    _, s = filled
+    seed = (report.parent / page_of(s["seed"])).read_text()
+    assert SCRIPT not in seed and "&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt;" in seed  # escaped source
+    assert "is undefined &lt;&amp;&gt;" in seed and "hint: include &lt;ATen/cuda/CUDAContext.h&gt;" in seed
+    assert f'href="../{page_of(s["repair"])}"' in seed  # parent -> child
+    repair = (report.parent / page_of(s["repair"])).read_text()
+    assert f'href="../{page_of(s["seed"])}"' in repair  # child -> parent
+    assert "median ms" in repair and "cuda_events+l2_flush" in repair and "64.1% of the device" in repair
+    wrong = (report.parent / page_of(s["wrong"])).read_text()
+    assert "Mismatch" in wrong and "[3, 17]" in wrong and "12.5%" in wrong
+
+
+def test_empty_database_report(tmp_path: Path) -> None:
+    with Database(f"sqlite:///{tmp_path / 'empty.db'}") as db:
+        html = write_report(db, tmp_path / "out").read_text()
+    assert "No evaluations stored yet" in html and "<svg" not in html
+
+
+def test_histogram_bins_by_powers_of_two() -> None:
+    chart = histogram_chart([0.5, 0.99, 1.0, 2.0, 3.9, 4.0])  # 4.0, the maximum, closes the last bin
+    assert [tip for *_, tip in chart.bars] == ["2 in [1/2x, 1x)", "1 in [1x, 2x)", "3 in [2x, 4x)"]
+    assert [label for _, label in chart.x_ticks] == ["1/2x", "1x", "2x", "4x"] and chart.marker is not None
+    assert [tip for *_, tip in histogram_chart([1.0]).bars] == ["1 in [1x, 2x)"]
+
+
+# -- export / import -----------------------------------------------------------------------------
+
+
+def _snapshot(db: Database) -> tuple[list, list, list]:
+    return ([p.model_dump(exclude={"id", "created_at"}) for p in db.problems()],
+            sorted((s.model_dump(exclude={"id", "created_at"}) for s in db.solutions()), key=lambda s: s["sha256"]),
+            [e.model_dump(exclude={"id"}) for e in db.evaluations()])  # fmt: skip
+
+
+def test_export_import_round_trip_is_idempotent(filled, tmp_path: Path) -> None:
+    db, _ = filled
+    db.upsert_solution("late-child", "relu", "c")
+    db.upsert_solution("late-parent", "relu", "p")
+    db.upsert_solution("late-child", "relu", "c", parent_sha256="late-parent")  # stored before its parent
+    dump = tmp_path / "kforge.jsonl"
+    with dump.open("w") as fh:
+        assert export_jsonl(db, fh) == {"problem": 3, "solution": 7, "evaluation": 6}
+    with Database(f"sqlite:///{tmp_path / 'other.db'}") as other:
+        counts = import_jsonl(other, dump)
+        assert counts == {"problems added": 3, "solutions added": 7, "evaluations added": 6}
+        assert _snapshot(other) == _snapshot(db)
+        again = import_jsonl(other, dump)
+        assert again == {"problems already stored": 3, "solutions already stored": 7, "evaluations already stored": 6}
+        assert _snapshot(other) == _snapshot(db)
+    assert import_jsonl(db, dump)["evaluations already stored"] == 6  # into its own source: nothing new
+
+
+def test_import_reports_the_bad_line(filled, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kind": "problem", "name": "x", "level": 1, "path": "x.py", "sha256": "h"}\n{"kind": "evaluation"}\n')
+    with pytest.raises(TransferError, match=r"bad.jsonl:2: cannot import this record: KeyError"):
+        import_jsonl(filled[0], bad)
+
+
+# -- CLI (on an app built like kforge's main(): the existing commands, then register()) -----------
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    app = typer.Typer()
+    app.command()(cli.problems)
+    register(app)
+    return app
+
+
+def test_cli_report_export_import(app: typer.Typer, filled, tmp_path: Path) -> None:
+    db, _ = filled
+    runner = CliRunner()
+    res = runner.invoke(app, ["report", "--html", str(tmp_path / "r"), "--db", db.url])
+    assert res.exit_code == 0 and (tmp_path / "r/index.html").is_file(), res.output
+    res = runner.invoke(app, ["export", "--jsonl", str(tmp_path / "e.jsonl"), "--db", db.url])
+    assert res.exit_code == 0, res.output
+    other = f"sqlite:///{tmp_path / 'o.db'}"
+    res = runner.invoke(app, ["import", str(tmp_path / "e.jsonl"), "--db", other, "--json"])
+    assert json.loads(res.output)["evaluations added"] == 6
+    res = runner.invoke(app, ["import", str(tmp_path / "missing.jsonl"), "--db", other])
+    assert res.exit_code == 2 and "no such file" in res.output
+
+
+def kernelbench_checkout(root: Path) -> Path:
+    """KernelBench's layout: KernelBench/levelN/NN_name.py, plus a file that is no problem."""
+    for rel in ("level1/1_Linear_ReLU.py", "level2/7_Linear_ReLU_fused.py"):
+        (root / "KernelBench" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "KernelBench" / rel).write_text(KERNELBENCH_FILE)
+    (root / "KernelBench/level1/2_broken.py").write_text("x = 1\n")
+    return root
+
+
+def test_problems_import(app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KFORGE_PROBLEMS_DIR", str(tmp_path / "user"))
+    n_reference = len(list_problems())
+    imported, skipped = import_problems(kernelbench_checkout(tmp_path / "src"))
+    assert [(p.name, p.meta.level) for p in imported] == [("1_Linear_ReLU", 1), ("7_Linear_ReLU_fused", 2)]
+    assert [f.name for f, _ in skipped] == ["2_broken.py"] and "lacks Model" in skipped[0][1]
+    assert resolve_problem("7_Linear_ReLU_fused").path == tmp_path / "user/level2/7_Linear_ReLU_fused.py"
+    assert len(list_problems()) == n_reference + 2
+    res = CliRunner().invoke(app, ["problems", "import", str(tmp_path / "src"), "--json"])  # again: a no-op
+    assert res.exit_code == 0 and len(json.loads(res.output)["imported"]) == 2, res.output
+    assert len(list_problems()) == n_reference + 2
+    listed = json.loads(CliRunner().invoke(app, ["problems", "--json"]).output)
+    assert {"1_Linear_ReLU", "avg_pool_1d"} <= {p["name"] for p in listed}
+
+
+# -- speed of light ------------------------------------------------------------------------------
+
+
+def test_speed_of_light_declared_matches_derived(tmp_path: Path) -> None:
+    """The hand-counted bytes of every reference problem agree with the shapes; FLOPs where torch counts them."""
+    problems = list_problems()
+    found = derive([p.path for p in problems])
+    for p in problems:
+        assert found[str(p.path)].bytes_moved == p.meta.bytes_moved, p.name
+    for name in ("matmul", "conv1d", "mlp", "matmul_maxpool_sum_scale"):
+        assert found[str(resolve_problem(name).path)].flops == resolve_problem(name).meta.flops, name
+    assert found[str(resolve_problem("relu").path)].flops is None  # element-wise: FlopCounterMode counts none
+
+
+def test_speed_of_light_of_a_kernelbench_file_is_derived(tmp_path: Path) -> None:
+    kb = load_problem_file(kernelbench_checkout(tmp_path) / "KernelBench/level1/1_Linear_ReLU.py")
+    x, weight, bias, out = 64 * 256, 256 * 128, 128, 64 * 128
+    assert costs([kb]) == {"1_Linear_ReLU": Cost(bytes_moved=4 * (x + weight + bias + out), flops=2 * 64 * 256 * 128)}
+
+
+def test_achieved_fraction_of_peak() -> None:
+    h200 = achieved(Cost(bytes_moved=4_800_000_000, flops=None), 0.002, "NVIDIA H200")
+    assert h200.bytes_per_s == pytest.approx(2.4e12) and h200.bandwidth_fraction == pytest.approx(0.5)
+    assert h200.flops_per_s is None and h200.flops_fraction is None
+    cpu = achieved(Cost(bytes_moved=10**9, flops=10**9), 1.0, "AMD EPYC 9654")
+    assert cpu.bytes_per_s == 1e9 and cpu.bandwidth_fraction is None and cpu.flops_fraction is None
+
+
+# -- real browser --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("chromium is not installed (CI installs Debian's chromium package)")
+    return exe
+
+
+def chromium_console(exe: str, page: Path, tmp_path: Path) -> tuple[str, list[str]]:
+    """Loads a page in headless Chromium: (the DOM after its scripts ran, console lines the page produced)."""
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'chromium-profile'}", "--enable-logging=stderr", "--v=0",
+           "--dump-dom", page.resolve().as_uri()]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout, [ln for ln in proc.stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
+
+
+def test_report_loads_in_chromium_without_console_errors(chromium: str, filled, report: Path, tmp_path: Path) -> None:
+    for page in (report, report.parent / page_of(filled[1]["seed"])):
+        dom, console = chromium_console(chromium, page, tmp_path)
+        assert console == [], console
+        assert 'data-ready="1"' in dom  # the inline script ran to its end
+        assert "<svg" in dom or "Lineage" in dom
+
+
+def test_chromium_check_catches_a_broken_page(chromium: str, tmp_path: Path) -> None:
+    """The check above is only worth something if a failing script shows up in what it reads."""
+    page = tmp_path / "broken.html"
+    page.write_text("<!doctype html><title>x</title><link rel=icon href='data:,'><script>missingFunction()</script>")
+    _, console = chromium_console(chromium, page, tmp_path)
+    assert any("Uncaught ReferenceError: missingFunction" in ln for ln in console), console
