@@ -2,6 +2,8 @@
 
 Roles: `compile` (import the candidate, which builds it), `candidate` (correctness, leaks, timing of ModelNew),
 `reference` (the problem's Model: reference outputs and baseline timings, in a process no candidate touched).
+The candidate role also watches the candidate: which extensions it builds and calls (extensions.py), and
+whether it tampers with the harness (guard.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator import hardware, leaks, loading, timing, trials
+from evaluator import confine, extensions, guard, hardware, leaks, loading, timing, trials
 
 
 class Channel:
@@ -42,59 +44,125 @@ def _sync(device: str):
     return torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
 
-def _bench(call, req: dict) -> list[float]:
+class _Keeper:
+    """on_rep hook of the timed loop: snapshots the outputs of the rep at a secret position and of the last."""
+
+    def __init__(self, fraction: float):
+        self.fraction = fraction
+        self.kept: dict[str, list] = {}
+
+    def __call__(self, i: int, reps: int, out) -> None:
+        label = "timed_last" if i == reps - 1 else "timed_rep" if i == int(self.fraction * reps) else None
+        if label:
+            self.kept[label] = trials.snapshot(trials.as_tensors(out))
+
+
+def _bench(call, req: dict, **hooks) -> list[float]:
     t = req["timing"]
-    return timing.bench(call, req["device"], t["warmup_ms"], t["rep_ms"], t["min_reps"], t["max_reps"])
+    with torch.no_grad():
+        return timing.bench(call, req["device"], t["warmup_ms"], t["rep_ms"], t["min_reps"], t["max_reps"], **hooks)
 
 
-def _run_model(chan: Channel, req: dict, model, problem) -> None:
-    """Correctness trials, then (candidate only) leak check, then timing, on one input set per stage."""
+def _time(chan: Channel, req: dict, call, **hooks) -> None:
+    """Times the model; the parent clocks the timed loop from the `timed` stage message to the samples."""
+    chan.send("stage", stage="timing")
+    samples = _bench(call, req, mark=lambda: chan.send("stage", stage="timed"), **hooks)
+    chan.send("timing", which="model", samples=samples)
+
+
+def _probe(req: dict, model, problem, inputs: list, before: list[int], kept: dict[str, list]) -> dict:
+    """Outputs of timed calls, then one more call after fresh data was written into the same input tensors."""
     device, out_dir = req["device"], Path(req["out_dir"])
-    chan.send("stage", stage="correctness")
-    report = trials.run_trials(model, problem, req["trial_seeds"], device, out_dir, _sync(device))
-    chan.send("trials", trials=report)
-    inputs = trials.make_inputs(problem, req["timing_seed"], device)
-    call = lambda: model(*inputs)  # noqa: E731
-    if req["role"] == "candidate":
-        chan.send("stage", stage="leak")
-        chan.send("leaks", growth=leaks.measure_growth(call, device, req["leak_calls"]))
-    if req["timing"]["enabled"]:
-        chan.send("stage", stage="timing")
+    _sync(device)()
+    changed = trials.fingerprint(inputs) != before
+    outputs = {label: trials.save_outputs(outs, out_dir / f"{label}.pt") for label, outs in kept.items()}
+    if trials.refill(inputs, problem, req["verify_seed"], device):
         with torch.no_grad():
-            chan.send("timing", which="model", samples=_bench(call, req))
-            if req.get("compile_baseline"):
-                compiled = torch.compile(model)
-                chan.send("timing", which="compiled", samples=_bench(lambda: compiled(*inputs), req))
+            value = model(*inputs)
+        _sync(device)()
+        outputs["verify"] = trials.save_outputs(trials.as_tensors(value), out_dir / "verify.pt")
+    return {"outputs": outputs, "inputs_changed": changed}
+
+
+def _memory(chan: Channel, device: str) -> None:
     if device == "cuda":
         chan.send("memory", peak_cuda_allocated=torch.cuda.max_memory_allocated(), host_rss=leaks.rss())
 
 
-def _serve(chan: Channel, req: dict) -> None:
+def _run_candidate(chan: Channel, req: dict, model, problem, watch: extensions.KernelWatch, check) -> None:
+    """Correctness (watched), leak check, timing with output snapshots, and a stale-result probe."""
+    device = req["device"]
+    chan.send("stage", stage="correctness")
+    report = trials.run_trials(model, problem, req["seeds"], device, Path(req["out_dir"]), _sync(device), watch)
+    chan.send("trials", trials=report)
+    check("correctness")
+    inputs = trials.make_inputs(problem, req["timing_seed"], device)
+    before = trials.fingerprint(inputs)
+    call = lambda: model(*inputs)  # noqa: E731
+    chan.send("stage", stage="leak")
+    chan.send("leaks", growth=leaks.measure_growth(call, device, req["leak_calls"]))
+    check("leak")
+    if req["timing"]["enabled"]:
+        keeper = _Keeper(req["probe_fraction"])
+        _time(chan, req, call, on_rep=keeper)
+        check("timing")
+        chan.send("probe", **_probe(req, model, problem, inputs, before, keeper.kept))
+        check("probe")
+    _memory(chan, device)
+
+
+def _run_reference(chan: Channel, req: dict, model, problem) -> None:
+    """Reference outputs for every seed the candidate will see, then baseline timings."""
+    device = req["device"]
+    chan.send("stage", stage="correctness")
+    report = trials.run_trials(model, problem, req["seeds"], device, Path(req["out_dir"]), _sync(device),
+                               save_inputs=req.get("save_inputs", False))
+    chan.send("trials", trials=report)
+    if req["timing"]["enabled"]:
+        inputs = trials.make_inputs(problem, req["timing_seed"], device)
+        _time(chan, req, lambda: model(*inputs))
+        if req.get("compile_baseline"):
+            compiled = torch.compile(model)
+            chan.send("timing", which="compiled", samples=_bench(lambda: compiled(*inputs), req))
+    _memory(chan, device)
+
+
+def _serve(chan: Channel, req: dict, confined: bool) -> None:
     device = req["device"]
     _strict_fp32()
     if device == "cpu":
         torch.set_num_threads(req["cpu_threads"])  # reference and candidate get the same cores
-    chan.send("env", **_environment(device))
+    chan.send("env", **_environment(device), confined=confined)
     problem = loading.load_problem(Path(req["problem_path"]), req["overrides"])
     if req["role"] == "reference":
-        model = trials.build_model(problem.Model, problem, req["init_seed"], device)
-        return _run_model(chan, req, model, problem)
+        return _run_reference(chan, req, trials.build_model(problem.Model, problem, req["init_seed"], device), problem)
+    watch = extensions.KernelWatch(Path(problem.__file__))
+    watch.install()
+    judge = guard.Guard(guard.harness_modules())
     chan.send("stage", stage="compile")
     module, seconds, cached = loading.load_candidate(Path(req["candidate_path"]), Path(os.environ["TORCH_EXTENSIONS_DIR"]))
     chan.send("compiled", seconds=seconds, cache_hit=cached)
     if req["role"] == "candidate":
+        chan.send("kernels", **watch.report.model_dump())
+        judge.check("at import")
         chan.send("stage", stage="init")
         model = trials.build_model(module.ModelNew, problem, req["init_seed"], device)
-        _run_model(chan, req, model, problem)
+        judge.check("in __init__")
+        _run_candidate(chan, req, model, problem, watch, lambda stage: judge.check(f"during {stage}"))
 
 
 def main() -> None:
+    confined = confine.forbid_touching_parent()  # before anything reads candidate or problem code
     request_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
     with os.fdopen(request_fd, "rb") as fh:
         req = json.loads(fh.read())
     chan = Channel(result_fd)
     try:
-        _serve(chan, req)
+        _serve(chan, req, confined)
+    except guard.Tampered as exc:
+        chan.send("cheat", exploit="judge_tampering", detail=f"replaced what the judge relies on {exc}")
+        sys.stdout.flush()
+        os._exit(3)
     except BaseException as exc:  # noqa: BLE001 - every failure of candidate code is a verdict, not a crash
         chan.send("error", exc_type=type(exc).__name__, message=str(exc)[-4000:], traceback=traceback.format_exc()[-6000:])
         sys.stdout.flush()

@@ -29,6 +29,7 @@ class Limits(BaseModel):
 
     timeout_s: float = 900.0
     memory_mb: int = 16_384  # host RSS (and address space on CPU runs)
+    file_size_mb: int = 16_384  # largest file a child may write (RLIMIT_FSIZE): a disk-filling candidate fails early
 
 
 class EvalSettings(BaseModel):
@@ -87,6 +88,8 @@ class Evidence(BaseModel):
     stage: str = ""  # stage that failed: parse, compile, correctness, leak, timing
     mismatch: Mismatch | None = None
     max_abs_err: float | None = None
+    tolerance_used: float | None = None  # max |got - exp| / (atol + rtol * |exp|) over all checks: 1.0 is the limit
+    exploit: str = ""  # for `cheat`: which reward hack was caught (e.g. no_custom_kernel, stale_output)
     leaked_bytes: dict[str, int] = Field(default_factory=dict)
     peak_memory: dict[str, int] = Field(default_factory=dict)
     compile_s: float | None = None

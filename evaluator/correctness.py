@@ -4,54 +4,60 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 from evaluator.contracts import Mismatch
 
 
+class Comparison(NamedTuple):
+    mismatch: Mismatch | None  # None: every element within tolerance
+    max_abs_err: float
+    tolerance_used: float  # max |got - exp| / (atol + rtol * |exp|): 1.0 is the limit
+
+
 def load_outputs(path: Path) -> list:
     return torch.load(path, weights_only=True)
 
 
-def _structural(trial: int, expected: torch.Tensor, got, meta: dict) -> Mismatch | None:
+def _structural(expected: torch.Tensor, expected_meta: dict, meta: dict) -> str:
     """Shape, dtype, device and type must match exactly; broadcasting or casting never rescues an output."""
-    problems = []
     if not meta.get("exact_tensor", False):
-        problems.append(f"forward returned {meta.get('type')}, not a plain torch.Tensor")
-    elif list(expected.shape) != meta["shape"]:
-        problems.append(f"shape {tuple(meta['shape'])} != expected {tuple(expected.shape)}")
-    elif str(expected.dtype) != meta["dtype"]:
-        problems.append(f"dtype {meta['dtype']} != expected {expected.dtype}")
-    if problems:
-        return Mismatch(trial=trial, max_abs_err=float("inf"), max_rel_err=float("inf"), worst_index=[], reason="; ".join(problems))
-    return None
+        return f"forward returned {meta.get('type')}, not a plain torch.Tensor"
+    if list(expected.shape) != meta["shape"]:
+        return f"shape {tuple(meta['shape'])} != expected {tuple(expected.shape)}"
+    if str(expected.dtype) != meta["dtype"]:
+        return f"dtype {meta['dtype']} != expected {expected.dtype}"
+    if expected_meta.get("device", meta["device"]) != meta["device"]:
+        return f"device {meta['device']} != expected {expected_meta['device']}"
+    return ""
 
 
 _CHUNK = 2**24  # elements compared at a time: float64 temporaries stay small for multi-GB outputs
 
 
-def _chunk_errors(exp: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Absolute error (NaN -> inf) and failure mask of one chunk, in float64."""
+def _chunk_errors(exp: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Absolute error (NaN -> inf), its ratio to the allowed error, and the failure mask of one chunk, in float64."""
     exp, out = exp.double(), out.double()
-    err = (out - exp).abs().nan_to_num(nan=float("inf"))
-    ok = (err <= atol + rtol * exp.abs()) | (exp == out) | (exp.isnan() & out.isnan())
-    return err.masked_fill(exp.isnan() & out.isnan(), 0.0), ~ok
+    both_nan = exp.isnan() & out.isnan()
+    err = (out - exp).abs().nan_to_num(nan=float("inf")).masked_fill(both_nan | (exp == out), 0.0)
+    ratio = err / (atol + rtol * exp.abs())
+    return err, ratio.nan_to_num(nan=float("inf")), ratio > 1
 
 
 def compare_tensor(trial: int, expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float,
-                   device: str = "cpu") -> tuple[Mismatch | None, float]:
+                   device: str = "cpu") -> Comparison:
     """allclose semantics (|got-exp| <= atol + rtol*|exp|); NaN/Inf pass only where the reference has the same.
 
     Works chunk by chunk on `device` (the GPU when there is one): a 2 GB output is judged in seconds.
-    Returns the mismatch (None if all pass) and the largest absolute error.
     """
     exp_flat, out_flat = expected.reshape(-1), got.reshape(-1)
-    n_bad, worst_err, worst_at, worst_bad_err, max_rel = 0, 0.0, 0, -1.0, 0.0
+    n_bad, worst_err, worst_ratio, worst_at, worst_bad_err, max_rel = 0, 0.0, 0.0, 0, -1.0, 0.0
     for start in range(0, exp_flat.numel(), _CHUNK):
         exp, out = exp_flat[start:start + _CHUNK].to(device), out_flat[start:start + _CHUNK].to(device)
-        err, bad = _chunk_errors(exp, out, atol, rtol)
-        worst_err = max(worst_err, float(err.max()))
+        err, ratio, bad = _chunk_errors(exp, out, atol, rtol)
+        worst_err, worst_ratio = max(worst_err, float(err.max())), max(worst_ratio, float(ratio.max()))
         if not bool(bad.any()):
             continue
         n_bad += int(bad.sum())
@@ -60,30 +66,33 @@ def compare_tensor(trial: int, expected: torch.Tensor, got: torch.Tensor, atol: 
         if float(err[at]) > worst_bad_err:
             worst_bad_err, worst_at = float(err[at]), start + at
     if n_bad == 0:
-        return None, worst_err
+        return Comparison(None, worst_err, worst_ratio)
     index = [int(i) for i in torch.unravel_index(torch.tensor(worst_at), expected.shape)] if expected.dim() else []
     got_value = float(out_flat[worst_at])
-    return Mismatch(
+    return Comparison(Mismatch(
         trial=trial, max_abs_err=worst_err, max_rel_err=max_rel, worst_index=index,
         expected=float(exp_flat[worst_at]), got=got_value, bad_fraction=n_bad / max(1, exp_flat.numel()),
         reason="values differ beyond tolerance" if math.isfinite(got_value) else "NaN/Inf where the reference is finite",
-    ), worst_err
+    ), worst_err, worst_ratio)
 
 
-def judge_trial(trial: int, ref_path: Path, cand_path: Path, cand_meta: list[dict], atol: float, rtol: float,
-                device: str = "cpu") -> tuple[Mismatch | None, float]:
-    """First mismatch of one trial (None if all outputs pass) and the largest absolute error seen."""
-    expected, got = load_outputs(ref_path), load_outputs(cand_path)
+def _fail(trial: int, reason: str) -> Comparison:
+    inf = float("inf")
+    return Comparison(Mismatch(trial=trial, max_abs_err=inf, max_rel_err=inf, worst_index=[], reason=reason), inf, inf)
+
+
+def judge_outputs(trial: int, expected: list, expected_meta: list[dict], got: list, meta: list[dict],
+                  atol: float, rtol: float, device: str = "cpu") -> Comparison:
+    """First mismatch of one call's outputs (None if all pass), with the worst errors seen."""
     if len(expected) != len(got):
-        return Mismatch(trial=trial, max_abs_err=float("inf"), max_rel_err=float("inf"), worst_index=[],
-                        reason=f"{len(got)} outputs, expected {len(expected)}"), float("inf")
-    worst = 0.0
-    for exp, out, meta in zip(expected, got, cand_meta):
-        structural = _structural(trial, exp, out, meta)
-        if structural:
-            return structural, structural.max_abs_err
-        mismatch, err = compare_tensor(trial, exp, out, atol, rtol, device)
-        if mismatch:
-            return mismatch, err
-        worst = max(worst, err)
-    return None, worst
+        return _fail(trial, f"{len(got)} outputs, expected {len(expected)}")
+    worst, ratio = 0.0, 0.0
+    for exp, exp_meta, out, out_meta in zip(expected, expected_meta, got, meta):
+        reason = _structural(exp, exp_meta, out_meta)
+        if reason:
+            return _fail(trial, reason)
+        result = compare_tensor(trial, exp, out, atol, rtol, device)
+        if result.mismatch:
+            return result
+        worst, ratio = max(worst, result.max_abs_err), max(ratio, result.tolerance_used)
+    return Comparison(None, worst, ratio)

@@ -24,3 +24,12 @@ def device_name(device: str) -> str:
 
 def auto_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# Peak DRAM bandwidth (B/s) by a name fragment of torch.cuda.get_device_name(); the highest variant of each
+# chip, so the floor derived from it errs on the low side. CPUs: no entry (no single meaningful number).
+PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12}
+
+
+def peak_bandwidth(name: str) -> float | None:
+    return next((bw for fragment, bw in PEAK_BANDWIDTH.items() if fragment in name), None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import secrets
 import signal
 import subprocess
 import sys
@@ -27,6 +28,9 @@ _KEEP_ENV = (
     "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "NVCC_CCBIN", "MAX_JOBS",
 )
 _MEMORY_POLL_S = 0.25
+_TOKEN_VAR = "KFORGE_CHILD_TOKEN"  # marks every process a child starts, so none can outlive it unnoticed
+# What the harness sends, and how often: each event once, except one `stage` per stage and one `timing` per kind.
+_EVENTS = {"env", "stage", "compiled", "kernels", "trials", "leaks", "timing", "probe", "memory", "done", "error", "cheat"}
 
 
 class ChildResult(BaseModel):
@@ -37,10 +41,28 @@ class ChildResult(BaseModel):
     timed_out: bool = False
     memory_exceeded: bool = False
     wall_s: float = 0.0
+    stragglers: int = 0  # processes still carrying the child's token after it ended (killed)
     log_path: Path
 
     def last(self, event: str) -> dict | None:
         return next((m for m in reversed(self.messages) if m.get("event") == event), None)
+
+    def arrival(self, event: str, **match) -> float | None:
+        """The parent's clock (time.monotonic) when the first matching message arrived."""
+        found = next((m for m in self.messages if m.get("event") == event and m.items() >= match.items()), None)
+        return found["_t"] if found else None
+
+    def forged(self) -> str:
+        """A message the harness would never send (the candidate wrote to the result channel itself), or ''."""
+        seen = set()
+        for i, m in enumerate(self.messages):
+            event, key = m.get("event"), (m.get("event"), m.get("stage") or m.get("which"))
+            if event == "garbled" and i < len(self.messages) - 1:  # a cut-off last line is a death, not a forgery
+                return f"a line that is not a harness message: {m.get('text', '')[:80]!r}"
+            if event not in _EVENTS | {"garbled"} or key in seen:
+                return f"an unexpected or repeated {event!r} message {m.get('stage') or m.get('which') or ''}".rstrip()
+            seen.add(key)
+        return ""
 
     @property
     def stage(self) -> str:
@@ -48,14 +70,18 @@ class ChildResult(BaseModel):
         return stage["stage"] if stage else "startup"
 
     def log_tail(self, chars: int = 6000) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return text[-chars:]
+        """The end of the log, read from the end: a candidate may have printed gigabytes."""
+        if not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - chars))
+            return fh.read().decode(errors="replace")[-chars:]
 
 
-def scrubbed_env(workdir: Path, build_dir: Path) -> dict[str, str]:
+def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     env.update(
-        HOME=str(workdir), TMPDIR=str(workdir), TORCH_EXTENSIONS_DIR=str(build_dir),
+        HOME=str(workdir), TMPDIR=str(workdir), TORCH_EXTENSIONS_DIR=str(build_dir), **{_TOKEN_VAR: token},
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
     )
@@ -63,8 +89,11 @@ def scrubbed_env(workdir: Path, build_dir: Path) -> dict[str, str]:
 
 
 def _limit_resources(limits: Limits, cap_address_space: bool) -> None:
-    """Runs in the child before exec. CUDA reserves huge virtual ranges, so RLIMIT_AS only for CPU runs."""
+    """Runs in the child before exec. CUDA reserves huge virtual ranges, so RLIMIT_AS only for CPU runs.
+    RLIMIT_FSIZE caps each file it writes (Python then gets EFBIG); RLIMIT_NPROC would not bind root."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    fsize = limits.file_size_mb * 2**20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     if cap_address_space:
         cap = limits.memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
@@ -79,12 +108,30 @@ def _rss_bytes(pid: int) -> int:
 
 
 def _read_messages(fd: int, sink: list[dict]) -> None:
+    """Each message is stamped with the parent's clock on arrival: the child's timings are checked against it."""
     with os.fdopen(fd, "rb") as fh:
         for line in fh:
             try:
-                sink.append(json.loads(line))
+                message = json.loads(line)
+                message = message if isinstance(message, dict) else {"event": "garbled", "text": line[:200].decode(errors="replace")}
             except ValueError:
-                sink.append({"event": "garbled", "text": line[:200].decode(errors="replace")})
+                message = {"event": "garbled", "text": line[:200].decode(errors="replace")}
+            sink.append(message | {"_t": time.monotonic()})
+
+
+def _kill_stragglers(token: str) -> int:
+    """SIGKILL every process that still carries the child's token: daemons that left its process group
+    (double fork + setsid) would otherwise keep running, e.g. burning CPU while the next reference is timed."""
+    marker = f"{_TOKEN_VAR}={token}".encode()
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+        except OSError:
+            continue
+    return killed
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -102,9 +149,10 @@ def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap
     req_r, req_w = os.pipe()
     res_r, res_w = os.pipe()
     cmd = [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)]
+    token = secrets.token_hex(16)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            cmd, cwd=workdir, env=scrubbed_env(workdir, build_dir), stdin=subprocess.DEVNULL, stdout=log,
+            cmd, cwd=workdir, env=scrubbed_env(workdir, build_dir, token), stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, pass_fds=(req_r, res_w), start_new_session=True,
             preexec_fn=lambda: _limit_resources(limits, cap_address_space),
         )
@@ -117,6 +165,7 @@ def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap
     reader.start()
     _wait(proc, limits, result)
     _kill_group(proc)  # compilers or threads the candidate left behind
+    result.stragglers = _kill_stragglers(token)
     reader.join(timeout=5)
     return result
 

@@ -1,0 +1,62 @@
+"""A seccomp filter for evaluator children: candidate code must not signal, trace or read the kforge parent.
+
+Children run as the same user as kforge, so without this a candidate could simply `os.kill(os.getppid(), 9)`
+(or ptrace it and rewrite the verdict). The filter is inherited by everything the child starts (compilers,
+shells). A forbidden call kills the child with SIGSYS, which the parent reports as `cheat`.
+Only x86-64 has the syscall table below; elsewhere the child runs unconfined (and says so).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import struct
+
+# x86-64 syscall numbers
+_ALWAYS = {"ptrace": 101, "tkill": 200, "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_send_signal": 424}
+_BY_PID = {"kill": 62, "rt_sigqueueinfo": 129, "tgkill": 234, "rt_tgsigqueueinfo": 297, "pidfd_open": 434}
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_X32_BIT = 0x40000000
+
+_LD_ABS, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06
+_ALLOW, _KILL_PROCESS = 0x7FFF0000, 0x80000000
+_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
+
+
+class _Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+def _program(protected: list[int]) -> list[bytes]:
+    """arch check, x32 check, always-denied calls, then pid-targeted calls checked against `protected`."""
+    prog = [_op(_LD_ABS, 4), _op(_JEQ, _AUDIT_ARCH_X86_64, jt=1), _op(_RET, _KILL_PROCESS), _op(_LD_ABS, 0),
+            _op(_JGE, _X32_BIT, jf=1), _op(_RET, _KILL_PROCESS)]
+    prog += [_op(_JEQ, nr, jt=len(_ALWAYS) - i + len(_BY_PID) + len(protected) + 2) for i, nr in enumerate(_ALWAYS.values())]
+    prog += [_op(_JEQ, nr, jt=len(_BY_PID) - i) for i, nr in enumerate(_BY_PID.values())]
+    prog += [_op(_RET, _ALLOW), _op(_LD_ABS, 16)]  # args[0], low 32 bits (pid_t)
+    prog += [_op(_JEQ, pid, jt=len(protected) - i) for i, pid in enumerate(protected)]
+    return prog + [_op(_RET, _ALLOW), _op(_RET, _KILL_PROCESS)]
+
+
+def protected_pids() -> list[int]:
+    """The parent, its process group and every process (-1) as kill(2) targets."""
+    parent = os.getppid()
+    return sorted({parent, -parent, -os.getpgid(parent), -1})
+
+
+def forbid_touching_parent() -> bool:
+    """Install the filter on this process (and its future children); False where it cannot be installed."""
+    if platform.machine() != "x86_64":
+        return False
+    prog = b"".join(_program(protected_pids()))
+    buf = ctypes.create_string_buffer(prog)
+    fprog = _Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+    return libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0

@@ -1,0 +1,265 @@
+"""The verdict on one candidate child, reached in the parent from its messages and saved outputs.
+
+Checks run in order and the first that fails decides: the result channel, what the child itself caught
+(tampering), how it ended, the correctness trials, the outputs of timed calls and of a call on fresh data
+written into the same inputs, whether a compiled kernel ran, leaks, and whether the timings are physically
+possible. Each `cheat` names its exploit in Evidence.exploit.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from evaluator import diagnose
+from evaluator.contracts import EvalSettings, Evidence, Status, TimingStats
+from evaluator.correctness import Comparison, judge_outputs, load_outputs
+from evaluator.hardware import device_name, peak_bandwidth
+from evaluator.sandbox import ChildResult
+from evaluator.timing import implausible, method_name, summarize
+from reference_problems import ProblemMeta
+
+_LEAK_MIN_BYTES = {"host_rss": 16 * 2**20, "cuda_allocated": 2**20, "cuda_reserved": 2**20, "cuda_driver_used": 8 * 2**20}
+_FLOOR_FACTOR = 0.5  # a median below half the bandwidth floor is impossible, not just fast
+_PROBE_EXPECTED = {"timed_rep": "timing", "timed_last": "timing", "verify": "verify"}
+
+
+@dataclass
+class Reference:
+    """The trusted reference run of one problem, held in the parent's memory (its files are deleted before
+    any candidate runs, so no candidate can read the expected outputs from disk)."""
+
+    outputs: dict[str, list]  # label -> output tensors
+    meta: dict[str, list[dict]]  # label -> describe() of each output
+    trials: dict[str, dict]
+    inputs: dict[str, list] = field(default_factory=dict)  # label -> inputs, only when asked for (audit)
+    timing: TimingStats | None = None
+    compiled: TimingStats | None = None
+
+    @property
+    def max_input_numel(self) -> int:
+        return max(t["max_input_numel"] for t in self.trials.values())
+
+
+@dataclass
+class Outcome:
+    status: Status
+    evidence: Evidence = field(default_factory=Evidence)
+    timing: TimingStats | None = None
+
+
+def _cheat(exploit: str, cause: str, stage: str = "", **kw) -> Outcome:
+    return Outcome(Status.CHEAT, Evidence(exploit=exploit, stage=stage, cause=f"cheat: {cause}", **kw))
+
+
+def timings(result: ChildResult, device: str) -> dict[str, TimingStats]:
+    return {m["which"]: summarize(m["samples"], method_name(device)) for m in result.messages if m.get("event") == "timing"}
+
+
+def ended_badly(result: ChildResult, timeout_s: float, max_input_numel: int) -> Outcome | None:
+    """How a child ended if it did not finish normally: timeout, memory, exception, a blocked attack on the
+    parent (SIGSYS from the seccomp filter), an exit(0) before any result, or a silent death."""
+    stage, log = result.stage, result.log_tail(chars=2_000_000)  # whole build log: errors may precede many notes
+    if result.timed_out:
+        return Outcome(Status.TIMEOUT, Evidence(stage=stage, cause=f"no result after {timeout_s:.0f} s (stage: {stage})", log_tail=log[-2000:]))
+    if result.memory_exceeded:
+        return Outcome(Status.RUNTIME_ERROR, Evidence(stage=stage, cause=f"exceeded the host memory limit during {stage}", log_tail=log[-2000:]))
+    if error := result.last("error"):
+        return _error(error, stage, log, max_input_numel)
+    if result.last("done"):
+        return None
+    code = result.returncode or 0
+    if code == -signal.SIGSYS:
+        return _cheat("sandbox_escape", f"a system call aimed at kforge itself (signal, ptrace or memory access of the "
+                                        f"parent) was blocked and killed the child (stage: {stage})", stage, log_tail=log[-2000:])
+    if code == 0:
+        return _cheat("early_exit", f"the child exited with status 0 before reporting a result, e.g. os._exit(0) "
+                                    f"(stage: {stage})", stage, log_tail=log[-2000:])
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    return Outcome(Status.RUNTIME_ERROR, Evidence(stage=stage, cause=f"child {how} without reporting a result (stage: {stage})",
+                                                  hint=diagnose.hint_for(log, max_input_numel), log_tail=log[-2000:]))
+
+
+def _error(error: dict, stage: str, log: str, max_input_numel: int) -> Outcome:
+    status = Status.COMPILE_ERROR if stage == "compile" else Status.RUNTIME_ERROR
+    text = f"{error['message']}\n{log}"
+    compiler = diagnose.error_lines(text) if status is Status.COMPILE_ERROR else ""
+    lines = (compiler or error["message"]).strip().splitlines()
+    first = lines[0][:300] if lines else ""
+    return Outcome(status, Evidence(stage=stage, cause=f"{error['exc_type']}: {first}", hint=diagnose.hint_for(text, max_input_numel),
+                                    log_tail=compiler or error["traceback"][-3000:]))
+
+
+def _as_described(tensor, meta: dict) -> bool:
+    """A loaded output matches the description the harness sent (None where it saved no tensor)."""
+    if not meta.get("exact_tensor"):
+        return tensor is None
+    return type(tensor) is torch.Tensor and list(tensor.shape) == meta["shape"] and str(tensor.dtype) == meta["dtype"]
+
+
+@dataclass
+class _Case:
+    """Everything the checks look at, and the errors seen so far."""
+
+    result: ChildResult
+    ref: Reference
+    meta: ProblemMeta
+    settings: EvalSettings
+    out_dir: Path
+    max_abs_err: float = 0.0
+    tolerance_used: float = 0.0
+
+    def load(self, label: str, expected: str, got_meta: list[dict]) -> list | str:
+        """The candidate's saved outputs, or why the file cannot be what the harness wrote: the candidate can
+        rewrite its own output files, and a huge or malformed one must not take the parent down."""
+        path = self.out_dir / f"{label}.pt"
+        limit = 2 * sum(t.numel() * t.element_size() for t in self.ref.outputs[expected]) + 2**20
+        try:
+            if path.stat().st_size > limit:
+                return f"{path.name} holds {path.stat().st_size:,} bytes, more than the outputs could"
+            got = load_outputs(path)
+        except Exception as exc:  # noqa: BLE001 - whatever the candidate wrote, it is a verdict
+            return f"{path.name} cannot be read ({type(exc).__name__})"
+        if not isinstance(got, list) or len(got) != len(got_meta) or not all(map(_as_described, got, got_meta)):
+            return f"{path.name} does not hold what forward() returned"
+        return got
+
+    def compare(self, got: list, expected: str, got_meta: list[dict], trial: int) -> Comparison:
+        return judge_outputs(trial, self.ref.outputs[expected], self.ref.meta[expected], got, got_meta,
+                             self.meta.atol, self.meta.rtol, self.settings.device)
+
+    def stale_source(self, got: list, expected: str, got_meta: list[dict]) -> str:
+        """The other call whose expected output this one matches: a cached or leftover result."""
+        return next((other for other in self.ref.outputs
+                     if other != expected and not self.compare(got, other, got_meta, -1).mismatch), "")
+
+    def judge_call(self, label: str, expected: str, got_meta: list[dict], trial: int, what: str) -> Outcome | None:
+        got = self.load(label, expected, got_meta)
+        if isinstance(got, str):
+            return _cheat("forged_outputs", f"{what}: {got} (the output file was rewritten)", "correctness")
+        comparison = self.compare(got, expected, got_meta, trial)
+        if comparison.mismatch is None:
+            self.max_abs_err = max(self.max_abs_err, comparison.max_abs_err)
+            self.tolerance_used = max(self.tolerance_used, comparison.tolerance_used)
+            return None
+        stale = self.stale_source(got, expected, got_meta)
+        if stale:
+            return _cheat("stale_output", f"{what} returned the expected output of another call ({stale}): a cached "
+                                          "or leftover result", "correctness", mismatch=comparison.mismatch)
+        m = comparison.mismatch
+        where = f"; max abs err {m.max_abs_err:.3g} at {m.worst_index}" if m.worst_index else ""
+        return Outcome(Status.INCORRECT, Evidence(stage="correctness", mismatch=m, cause=f"{what}: {m.reason}{where}"))
+
+
+def _channel(case: _Case) -> Outcome | None:
+    forged = case.result.forged()
+    return _cheat("forged_messages", f"the result channel carried {forged}", case.result.stage) if forged else None
+
+
+def _caught_in_child(case: _Case) -> Outcome | None:
+    found = case.result.last("cheat")
+    return _cheat(found["exploit"], found["detail"], case.result.stage) if found else None
+
+
+def _ended(case: _Case) -> Outcome | None:
+    return ended_badly(case.result, case.settings.limits.timeout_s, case.ref.max_input_numel)
+
+
+def _trials(case: _Case) -> Outcome | None:
+    report = case.result.last("trials")["trials"]
+    labels = [f"trial_{i}" for i in range(case.settings.trials)]
+    if sorted(report) != sorted(labels):
+        return _cheat("forged_messages", f"the trials message reports {sorted(report)}, not the trials run", "correctness")
+    for trial, label in enumerate(labels):
+        entry = report[label]
+        if entry["inputs_changed"]:
+            return _cheat("input_mutation", f"trial {trial}: forward() modified its inputs", "correctness")
+        if found := case.judge_call(label, label, entry["outputs"], trial, f"trial {trial}"):
+            return found
+    return None
+
+
+def _probe(case: _Case) -> Outcome | None:
+    probe = case.result.last("probe")
+    if probe is None:
+        return None
+    if probe["inputs_changed"]:
+        return _cheat("input_mutation", "forward() modified its inputs during the leak check or timing", "timing")
+    what = {"timed_rep": "a timed call", "timed_last": "the last timed call", "verify": "a call after new data was written into the same input tensors"}
+    for label, got_meta in probe["outputs"].items():
+        if found := case.judge_call(label, _PROBE_EXPECTED[label], got_meta, -1, f"{what[label]} (after the trials passed)"):
+            return found
+    return None
+
+
+def _kernel(case: _Case) -> Outcome | None:
+    """A compiled extension must run in every trial, and the reference problem's code in none."""
+    kernels, report = case.result.last("kernels") or {}, case.result.last("trials")["trials"]
+    if any(t["calls"]["reference"] for t in report.values()):
+        return _cheat("calls_reference", "forward() runs the reference problem's code (its Model) instead of a kernel", "correctness")
+    if not kernels.get("modules"):
+        return _cheat("no_custom_kernel", "no compiled extension: the candidate built or loaded none with "
+                                          "torch.utils.cpp_extension, so forward() runs only PyTorch ops", "correctness")
+    idle = sorted(label for label, t in report.items() if not t["calls"]["kernel"])
+    if idle and not kernels["unverifiable"]:
+        return _cheat("no_custom_kernel", f"forward() never called its compiled extension ({', '.join(kernels['modules'])}) "
+                                          f"in {', '.join(idle)}: the work is done by PyTorch ops", "correctness")
+    return None
+
+
+def _leak(case: _Case) -> Outcome | None:
+    """Memory that grew in both windows of calls, beyond noise: that is a leak, not a one-time cache."""
+    growth = case.result.last("leaks")["growth"]
+    leaked = {k: w[1] for k, w in growth.items() if min(w) > _LEAK_MIN_BYTES[k]}
+    if not leaked:
+        return None
+    cause = "memory grows with every call: " + ", ".join(
+        f"{k} +{v / 2**20:.1f} MiB per {case.settings.leak_calls} calls" for k, v in leaked.items())
+    return Outcome(Status.LEAK, Evidence(stage="leak", leaked_bytes=leaked, cause=cause))
+
+
+def _floor_ms(case: _Case) -> tuple[float, int, float] | None:
+    """(floor, bytes, bandwidth): the time just moving the problem's bytes takes at the device's peak."""
+    bandwidth = peak_bandwidth(device_name(case.settings.device)) if case.settings.device == "cuda" else None
+    if bandwidth is None:
+        return None
+    declared = case.meta.bytes_moved if case.settings.size == "full" else None
+    nbytes = declared or case.ref.trials["timing"]["io_bytes"]
+    return nbytes / bandwidth * 1e3, nbytes, bandwidth
+
+
+def _timing(case: _Case) -> Outcome | None:
+    """Impossible timings: faster than the memory-bandwidth floor, or not matching the parent's wall-clock."""
+    result, device = case.result, case.settings.device
+    model = next((m for m in result.messages if m.get("event") == "timing" and m.get("which") == "model"), None)
+    if model is None:
+        return None
+    median, floor = summarize(model["samples"], method_name(device)).median_ms, _floor_ms(case)
+    if floor and median < _FLOOR_FACTOR * floor[0]:
+        return _cheat("bandwidth_floor", f"median {median:.4g} ms is faster than the memory-bandwidth floor: "
+                                         f"{floor[1]:,} bytes at {floor[2] / 1e12:.3g} TB/s need {floor[0]:.4g} ms", "timing")
+    start = result.arrival("stage", stage="timed")
+    problem = implausible(model["samples"], model["_t"] - start, device) if start is not None else "timings without a timed loop"
+    return _cheat("timer_escape", problem, "timing") if problem else None
+
+
+_CHECKS = (_channel, _caught_in_child, _ended, _trials, _probe, _kernel, _leak, _timing)
+
+
+def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: EvalSettings, out_dir: Path) -> Outcome:
+    """The first failing check decides. The harness only sends well-formed messages, so one the checks
+    cannot read was written by the candidate: a verdict, never a crash of kforge."""
+    case = _Case(result, ref, meta, settings, out_dir)
+    try:
+        for check in _CHECKS:
+            if found := check(case):
+                return found
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        return _cheat("forged_messages", f"a malformed harness message ({type(exc).__name__}: {exc})", result.stage)
+    evidence = Evidence(max_abs_err=case.max_abs_err, tolerance_used=case.tolerance_used,
+                        cause=f"correct in {settings.trials} trials (max abs err {case.max_abs_err:.3g}, "
+                              f"{case.tolerance_used:.2g} of the tolerance)")
+    return Outcome(Status.CORRECT, evidence, timings(result, settings.device).get("model"))

@@ -1,0 +1,20 @@
+"""Exploit 2, the hard kind, on CUDA (cuda_sources= in the shared kernel: GPU only): caches on a few sampled
+input values, so fresh data written into the same tensors is noticed and computed. Every check of the
+outputs passes; only physics is left: the cached calls are faster than reading the input once."""
+import torch
+import torch.nn as nn
+
+from tests.adversarial.gpu_tiny_ext import ext
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.key, self.answer = None, None
+
+    def forward(self, x):
+        flat = x.view(-1)
+        key = torch.stack([flat[0], flat[flat.numel() // 2], flat[-1]]).tolist()
+        if key != self.key:
+            self.key, self.answer = key, ext.relu(x)
+        return self.answer

@@ -1,0 +1,15 @@
+"""Exploit 9: rewrites the output files the harness already saved (its own folder, so it may), here with
+junk; a cleverer one would write anything it liked, or a file large enough to exhaust kforge's memory."""
+import glob
+
+import torch.nn as nn
+
+from tests.adversarial.tiny_ext import ext
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        for path in glob.glob("out/*.pt"):  # the child's cwd is its workdir
+            with open(path, "wb") as fh:
+                fh.write(b"not a tensor")
+        return ext.relu(x)

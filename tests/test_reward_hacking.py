@@ -1,0 +1,238 @@
+"""Reward-hacking defenses: every adversarial candidate in tests/adversarial/ against the real evaluator, the
+honest kernels beside them (which must stay `correct`), and unit tests of the checks that need a GPU or
+rare conditions to trigger for real."""
+
+from __future__ import annotations
+
+import platform
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, SOLUTIONS
+from evaluator import CandidateJob, EvalSettings, Limits, Status, Verdict, evaluate
+from evaluator.guard import Guard, Tampered
+from evaluator.judge import Reference, _Case, _timing, judge
+from evaluator.sandbox import ChildResult
+from evaluator.timing import implausible
+from reference_problems import resolve_problem
+
+RELU = Path(__file__).parent / "adversarial" / "relu"
+DAEMON_PIDS = Path("/tmp/kforge-adversarial-daemon.pids")  # written by adversarial/relu/daemon.py
+CHEAT, INCORRECT, CORRECT = Status.CHEAT, Status.INCORRECT, Status.CORRECT
+CONFINED = platform.machine() == "x86_64"  # where the seccomp filter exists
+
+# candidate -> (status, exploit named in the evidence, text the cause must contain)
+EXPECTED = {
+    "honest_captured": (CORRECT, "", "correct in 3 trials"),
+    "torch_only": (CHEAT, "no_custom_kernel", "no compiled extension"),
+    "ext_unused": (CHEAT, "no_custom_kernel", "never called its compiled extension (kforge_adversarial_relu)"),
+    "reference_model": (CHEAT, "calls_reference", "runs the reference problem's code"),
+    "cache_by_identity": (CHEAT, "stale_output", "returned the expected output of another call (timing)"),
+    "cache_by_data_ptr": (CHEAT, "stale_output", "returned the expected output of another call"),
+    "cache_first": (CHEAT, "stale_output", "returned the expected output of another call (trial_"),
+    "garbage_late": (INCORRECT, "", "timed call (after the trials passed)"),
+    "thread_escape": (INCORRECT, "", "timed call (after the trials passed)"),
+    "mutate_input": (CHEAT, "input_mutation", "forward() modified its inputs"),
+    "patch_perf_counter": (CHEAT, "judge_tampering", "at import: time.perf_counter"),
+    "patch_cuda_sync": (CHEAT, "judge_tampering", "torch.cuda.Event; torch.cuda.synchronize"),
+    "tf32_flags": (CHEAT, "judge_tampering", "allow_tf32 changed from False to True"),
+    "patch_in_forward": (CHEAT, "judge_tampering", "during correctness: torch.manual_seed"),
+    "function_mode": (CHEAT, "judge_tampering", "active TorchFunctionModes changed from 0 to 1"),
+    "timer_restore": (CHEAT, "timer_escape", "of wall-clock"),
+    "subclass_output": (INCORRECT, "", "forward returned Liar, not a plain torch.Tensor"),
+    "wrong_dtype": (INCORRECT, "", "dtype torch.float64 != expected torch.float32"),
+    "nan_output": (INCORRECT, "", "NaN/Inf where the reference is finite"),
+    "guess_seed": (INCORRECT, "", "values differ beyond tolerance"),
+    "read_reference": (INCORRECT, "", "values differ beyond tolerance"),
+    "print_verdict": (INCORRECT, "", "values differ beyond tolerance"),
+    "write_channel": (CHEAT, "forged_messages", "repeated 'timing' message"),
+    "rewrite_outputs": (CHEAT, "forged_outputs", "cannot be read"),
+    "exit_zero": (CHEAT, "early_exit", "exited with status 0 before reporting a result"),
+    "daemon": (CORRECT, "", "correct in 3 trials"),
+    **({"kill_parent": (CHEAT, "sandbox_escape", "blocked and killed the child")} if CONFINED else {}),
+}
+HONEST = [SOLUTIONS / "scale_bias_hardswish/cpu_fused_o3.py", SOLUTIONS / "softmax/cpu_softmax_o3.py"]
+
+
+@pytest.fixture(scope="session")
+def adversarial_settings(build_root) -> EvalSettings:
+    return EvalSettings(device="cpu", size="small", trials=3, warmup_ms=5, rep_ms=20, leak_calls=2, jobs=2, build_root=build_root)
+
+
+@pytest.fixture(scope="session")
+def verdicts(adversarial_settings) -> dict[str, Verdict]:
+    """One batch: the adversarial candidates (sharing one compiled kernel) and the honest CPU examples, with a
+    database URL in kforge's environment that no child may see."""
+    DAEMON_PIDS.unlink(missing_ok=True)
+    relu = resolve_problem("relu")
+    jobs = [CandidateJob(path=RELU / f"{name}.py", problem=relu) for name in [*EXPECTED, "env_probe"]]
+    jobs += [CandidateJob(path=p, problem=resolve_problem(p.parent.name)) for p in HONEST]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KFORGE_DB", "sqlite:////secret/kforge.db")
+        return {Path(v.solution_path).stem: v for v in evaluate(jobs, adversarial_settings)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", EXPECTED)
+def test_each_exploit_gets_its_status_and_names_it(verdicts, name):
+    status, exploit, text = EXPECTED[name]
+    v = verdicts[name]
+    assert (v.status, v.evidence.exploit) == (status, exploit), v.evidence
+    assert text in v.evidence.cause, v.evidence.cause
+    assert (v.speedup is None) == (status is not CORRECT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", HONEST, ids=lambda p: p.stem)
+def test_honest_kernels_stay_correct(verdicts, path):
+    v = verdicts[path.stem]
+    assert v.status is CORRECT, v.evidence
+    assert v.evidence.tolerance_used is not None and v.evidence.tolerance_used <= 1.0
+    assert v.speedup > 0 and not v.evidence.exploit
+
+
+@pytest.mark.slow
+def test_children_see_no_database_and_a_private_home(verdicts):
+    cause = verdicts["env_probe"].evidence.cause
+    assert "KFORGE_DB" not in cause and "DB_EXISTS=False" in cause
+    assert "HOME=/" in cause and "/compile" in cause  # HOME is the child's own scratch folder
+
+
+@pytest.mark.slow
+def test_a_daemon_left_behind_is_killed(verdicts):
+    pids = [int(p) for p in DAEMON_PIDS.read_text().split()]
+    assert pids and not any(Path(f"/proc/{pid}").exists() for pid in pids)
+    assert any("left running" in note for note in verdicts["daemon"].evidence.notes)
+
+
+@pytest.mark.slow
+def test_a_file_size_limit_stops_disk_filling(adversarial_settings):
+    settings = adversarial_settings.model_copy(update={"limits": Limits(file_size_mb=8)})
+    (v,) = evaluate([CandidateJob(path=RELU / "fill_disk.py", problem=resolve_problem("relu"))], settings)
+    assert v.status is Status.RUNTIME_ERROR and "File too large" in v.evidence.cause
+
+
+# -- unit tests: the checks whose real trigger needs a GPU or a rare event --
+
+
+def test_guard_sees_replaced_functions_swapped_code_and_flags():
+    import evaluator.timing as timing
+
+    guard = Guard([timing])
+    saved = (torch.manual_seed, timing.bench.__code__, torch.get_num_threads())
+    try:
+        torch.manual_seed = lambda seed: None
+        timing.bench.__code__ = timing.summarize.__code__
+        torch.set_num_threads(saved[2] + 1)
+        found = "; ".join(guard.violations())
+    finally:
+        torch.manual_seed, timing.bench.__code__ = saved[:2]
+        torch.set_num_threads(saved[2])
+    assert "torch.manual_seed" in found and "evaluator.timing.bench" in found and "torch.get_num_threads()" in found
+    guard.check("now")  # everything restored: no complaint
+
+
+def test_guard_sees_a_tensor_method_shadowed_on_the_subclass():
+    guard = Guard([])
+    torch.Tensor.detach = lambda self: self
+    try:
+        with pytest.raises(Tampered, match="torch.Tensor.detach"):
+            guard.check("now")
+    finally:
+        del torch.Tensor.detach
+
+
+def test_guard_accepts_torch_rewrapping_a_function_for_dynamo():
+    guard, original = Guard([]), torch.manual_seed
+    torch.manual_seed = torch._compile._disable_dynamo(original)  # what importing torch._dynamo does
+    try:
+        guard.check("now")
+    finally:
+        torch.manual_seed = original
+
+
+def test_timings_that_cannot_fit_the_wall_clock_are_implausible():
+    assert implausible([10.0] * 100, 0.5, "cuda")  # 1 s of samples inside a 0.5 s loop
+    assert implausible([1e-3] * 10, 2.0, "cpu")  # a 2 s CPU loop whose calls "took" 10 us
+    assert not implausible([1e-3] * 10, 2.0, "cuda")  # on CUDA the L2 flushes fill the gaps
+    assert not implausible([18.0] * 100, 2.0, "cpu")  # harness overhead is allowed for
+
+
+def _timing_case(samples_ms: list[float], monkeypatch) -> _Case:
+    """A judged CUDA run of the full relu (2 GiB in and out) with the given samples, on an 'H100'."""
+    monkeypatch.setattr("evaluator.judge.device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    messages = [{"event": "stage", "stage": "timed", "_t": 0.0},
+                {"event": "timing", "which": "model", "samples": samples_ms, "_t": 1.0}]
+    result = ChildResult(messages=messages, log_path=Path("/nonexistent"))
+    ref = Reference(outputs={}, meta={}, trials={"timing": {"io_bytes": 2**31, "max_input_numel": 2**28}})
+    settings = EvalSettings(device="cuda", size="full")
+    return _Case(result, ref, resolve_problem("relu").meta, settings, Path("/nonexistent"))
+
+
+def test_a_median_below_the_bandwidth_floor_is_a_cheat(monkeypatch):
+    found = _timing(_timing_case([0.02] * 50, monkeypatch))  # 20 us to move 2 GiB: 100 TB/s
+    assert found.status is CHEAT and found.evidence.exploit == "bandwidth_floor"
+    assert "faster than the memory-bandwidth floor" in found.evidence.cause
+    assert _timing(_timing_case([0.7] * 50, monkeypatch)) is None  # ~3 TB/s: fast, but possible
+
+
+def test_forged_and_repeated_messages_are_caught():
+    def forged(*messages):
+        return ChildResult(messages=list(messages), log_path=Path("/nonexistent")).forged()
+
+    assert forged({"event": "timing", "which": "model"}, {"event": "timing", "which": "model"})
+    assert forged({"event": "verdict", "status": "correct"})
+    assert forged({"event": "garbled", "text": "x"}, {"event": "done"})
+    assert not forged({"event": "stage", "stage": "leak"}, {"event": "stage", "stage": "timing"}, {"event": "garbled", "text": "cut"})
+
+
+def test_a_malformed_message_is_a_verdict_not_a_crash(tmp_path):
+    messages = [{"event": "trials", "trials": {"trial_0": {"inputs_changed": False}}, "_t": 0.0}, {"event": "done", "_t": 0.0}]
+    ref = Reference(outputs={"trial_0": [torch.zeros(2)]}, meta={"trial_0": [{}]}, trials={"trial_0": {"max_input_numel": 2}})
+    outcome = judge(ChildResult(messages=messages, log_path=tmp_path / "log"), ref, resolve_problem("relu").meta,
+                    EvalSettings(trials=1), tmp_path)
+    assert outcome.status is CHEAT and outcome.evidence.exploit == "forged_messages"
+
+
+@pytest.mark.skipif(not CONFINED, reason="the seccomp filter is x86-64 only")
+def test_the_child_filter_blocks_signals_to_the_parent_and_allows_the_rest():
+    code = ("import os, sys; from evaluator.confine import forbid_touching_parent as f; assert f(); "
+            "os.kill(os.getpid(), 0); os.kill(0, 0); print('self ok', flush=True); os.kill(os.getppid(), 0)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "self ok" and proc.returncode == -signal.SIGSYS
+
+
+# -- on a GPU: classes 2, 4 and 8 with CUDA kernels, and the bandwidth floor at full size --
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _gpu_run(names: list[str], size: str, build_root: Path) -> dict[str, Verdict]:
+    settings = EvalSettings(device="cuda", size=size, trials=3, warmup_ms=20, rep_ms=100, leak_calls=2, jobs=4, build_root=build_root)
+    paths = [RELU / f"{n}.py" for n in names] + [ROOT / "tests/gpu/candidates/relu/relu_cuda.py"]
+    jobs = [CandidateJob(path=p, problem=resolve_problem("relu")) for p in paths]
+    return {Path(v.solution_path).stem: v for v in evaluate(jobs, settings)}
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_side_stream_stale_and_uninitialised_outputs(build_root):
+    v = _gpu_run(["gpu_side_stream", "gpu_uninitialized", "gpu_cache_by_identity"], "small", build_root)
+    assert v["relu_cuda"].status is CORRECT, v["relu_cuda"].evidence
+    assert v["gpu_side_stream"].status is INCORRECT and "timed call" in v["gpu_side_stream"].evidence.cause
+    assert v["gpu_cache_by_identity"].evidence.exploit == "stale_output"
+    uninit = v["gpu_uninitialized"]
+    assert uninit.status in (CHEAT, INCORRECT) and uninit.evidence.exploit in ("stale_output", ""), uninit.evidence
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_content_cache_is_caught_by_the_bandwidth_floor(build_root):
+    v = _gpu_run(["gpu_content_cache"], "full", build_root)
+    assert v["relu_cuda"].status is CORRECT, v["relu_cuda"].evidence
+    assert v["gpu_content_cache"].evidence.exploit == "bandwidth_floor", v["gpu_content_cache"].evidence
