@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import platform
+from typing import NamedTuple
 
 import torch
 
@@ -26,10 +27,15 @@ def auto_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-# Peak DRAM bandwidth (B/s) by a name fragment of torch.cuda.get_device_name(); the highest variant of each
-# chip, so the floor derived from it errs on the low side. CPUs: no entry (no single meaningful number).
-PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12}
+class Peak(NamedTuple):
+    bytes_per_s: float  # DRAM bandwidth
+    flops_per_s: float  # fp32 without tensor cores: kforge judges fp32 kernels
 
 
-def peak_bandwidth(name: str) -> float | None:
-    return next((bw for fragment, bw in PEAK_BANDWIDTH.items() if fragment in name), None)
+# Vendor peaks by a name fragment of torch.cuda.get_device_name(); the highest variant of each chip, so a
+# floor derived from them errs on the low side. CPUs: no entry (no single meaningful number).
+PEAKS = {"H200": Peak(bytes_per_s=4.8e12, flops_per_s=67e12), "H100": Peak(bytes_per_s=3.35e12, flops_per_s=67e12)}
+
+
+def peak(name: str) -> Peak | None:
+    return next((p for fragment, p in PEAKS.items() if fragment in name), None)

@@ -17,7 +17,7 @@ import torch
 from evaluator import diagnose
 from evaluator.contracts import EvalSettings, Evidence, Status, TimingStats
 from evaluator.correctness import Comparison, judge_outputs, load_outputs
-from evaluator.hardware import device_name, peak_bandwidth
+from evaluator.hardware import device_name, peak
 from evaluator.sandbox import ChildResult
 from evaluator.timing import implausible, method_name, summarize
 from reference_problems import ProblemMeta
@@ -223,9 +223,10 @@ def _leak(case: _Case) -> Outcome | None:
 
 def _floor_ms(case: _Case) -> tuple[float, int, float] | None:
     """(floor, bytes, bandwidth): the time just moving the problem's bytes takes at the device's peak."""
-    bandwidth = peak_bandwidth(device_name(case.settings.device)) if case.settings.device == "cuda" else None
-    if bandwidth is None:
+    device_peak = peak(device_name(case.settings.device)) if case.settings.device == "cuda" else None
+    if device_peak is None:
         return None
+    bandwidth = device_peak.bytes_per_s
     declared = case.meta.bytes_moved if case.settings.size == "full" else None
     nbytes = declared or case.ref.trials["timing"]["io_bytes"]
     return nbytes / bandwidth * 1e3, nbytes, bandwidth

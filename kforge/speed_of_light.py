@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from evaluator.hardware import peak
 from reference_problems import Problem
 
 DERIVE_TIMEOUT_S = 300.0
@@ -24,18 +25,6 @@ DERIVE_TIMEOUT_S = 300.0
 class Cost(NamedTuple):
     bytes_moved: int | None = None
     flops: int | None = None
-
-
-class Peak(NamedTuple):
-    bytes_per_s: float
-    flops_per_s: float  # fp32 without tensor cores: the evaluator judges fp32 kernels
-
-
-# torch.cuda.get_device_name() -> vendor peaks; CPUs are omitted (no meaningful single number)
-PEAKS = {
-    "NVIDIA H100 80GB HBM3": Peak(bytes_per_s=3.35e12, flops_per_s=67e12),
-    "NVIDIA H200": Peak(bytes_per_s=4.8e12, flops_per_s=67e12),  # same GH100 compute as the H100 SXM
-}
 
 
 class Achieved(NamedTuple):
@@ -50,10 +39,10 @@ class Achieved(NamedTuple):
 def achieved(cost: Cost, seconds: float, device_name: str) -> Achieved:
     bw = cost.bytes_moved / seconds if cost.bytes_moved else None
     fl = cost.flops / seconds if cost.flops else None
-    peak = PEAKS.get(device_name)
-    if peak is None:
+    device_peak = peak(device_name)
+    if device_peak is None:
         return Achieved(bw, fl, None, None)
-    return Achieved(bw, fl, bw and bw / peak.bytes_per_s, fl and fl / peak.flops_per_s)
+    return Achieved(bw, fl, bw and bw / device_peak.bytes_per_s, fl and fl / device_peak.flops_per_s)
 
 
 def costs(problems: list[Problem]) -> dict[str, Cost]:
