@@ -26,8 +26,10 @@ def _is_plain(value) -> bool:
 
 
 def make_inputs(problem: ModuleType, seed: int, device: str) -> list:
-    """Inputs are created directly on the device, from a seed only the parent knows until now."""
-    with trusted(), torch.device(device):
+    """Inputs are created directly on the device, from a seed only the parent knows until now. Not under
+    trusted(): that would also switch off the device context (a TorchFunctionMode) and build them on the CPU;
+    a mode the candidate left active is caught by the guard, and subclass overrides are off here."""
+    with torch._C.DisableTorchFunctionSubclass(), torch._C._DisableTorchDispatch(), torch.device(device):
         torch.manual_seed(seed)
         return list(problem.get_inputs())
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "GPU evidence").
-# Usage: bash scripts/device_check.sh [evaluate|repeat|probe|all]   (logs and the db go to $OUT or ./device-out)
+# Usage: bash scripts/device_check.sh [evaluate|repeat N|probe|ncu [FILES]|gpu-tests|adversarial|memory|speed|all]
+# (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
@@ -20,18 +21,34 @@ evaluate() {  # every seed and repair at full size, eager and torch.compile base
   peak python3 -m kforge evaluate solutions/ --device cuda --size full --jobs 14 --compile-baseline --json | tee "$OUT/evaluate.jsonl"
   kf evaluate tests/gpu/candidates --device cuda --size small --json | tee "$OUT/leaks.jsonl"
 }
-repeat() {  # N more evaluations of the repairs, for the spread of the medians (one batch each: parallel compiles)
-  local dir=/tmp/kforge-repairs; rm -rf $dir
-  for f in $REPAIRS; do mkdir -p $dir/$(basename $(dirname $f)); cp $f ${f%.py}.json $dir/$(basename $(dirname $f))/; done
-  for i in $(seq "${1:-2}"); do kf evaluate $dir --device cuda --size full --jobs 14 --rerun --json; done | tee -a "$OUT/repeat.jsonl"
+staged() {  # a solutions-style tree holding only the given files (kforge evaluate takes directories)
+  local dir=/tmp/kforge-staged; rm -rf $dir
+  for f in "$@"; do mkdir -p $dir/$(basename $(dirname $f)); cp $f ${f%.py}.json $dir/$(basename $(dirname $f))/ 2>/dev/null; done
+  echo $dir
 }
-probe() {  # the timer itself, Nsight Compute agreement, and the GPU test suite
+repeat() {  # N more evaluations of the given files (default: the repairs), one batch each: parallel compiles
+  local n=${1:-2}; shift; local dir; dir=$(staged ${@:-$REPAIRS})
+  for i in $(seq "$n"); do kf evaluate $dir --device cuda --size full --jobs 14 --rerun --json; done | tee -a "$OUT/repeat.jsonl"
+}
+probe() {  # the timer itself: hot vs flushed, first call vs steady state, run-to-run spread
   python3 benchmarks/gpu_timing_check.py | tee "$OUT/timing_check.json"
-  python3 benchmarks/ncu_compare.py "$KFORGE_DB" $REPAIRS | tee "$OUT/ncu.jsonl"
-  python3 -m pytest tests/gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
 }
-case "${1:-all}" in
-  evaluate) evaluate ;; repeat) repeat "${2:-2}" ;; probe) probe ;;
-  all) evaluate; repeat 4; probe ;;
+ncu() {  # Nsight Compute agreement; one more kforge evaluation first (it also leaves the builds ncu reuses)
+  repeat 1 "${@:-$REPAIRS}"
+  python3 benchmarks/ncu_compare.py "$KFORGE_DB" ${@:-$REPAIRS} | tee -a "$OUT/ncu.jsonl"
+}
+gpu_tests() {  # every test that needs a GPU: tests/gpu and the GPU reward-hacking classes
+  python3 -m pytest tests/gpu tests/test_reward_hacking.py -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
+}
+adversarial() {  # each adversarial candidate on the GPU, with the status kforge gives it
+  kf evaluate tests/adversarial --device cuda --size small --jobs 14 --json | tee "$OUT/adversarial.jsonl"
+}
+memory() { python3 benchmarks/giant_memory.py solutions/avg_pool_2d/*.py | tee "$OUT/memory.json"; }
+speed() { python3 benchmarks/eval_speed.py solutions --device cuda --size full --jobs 14 "$@" | tee "$OUT/eval_speed.json"; }
+cmd=${1:-all}; shift || true
+case "$cmd" in
+  evaluate) evaluate ;; repeat) repeat "$@" ;; probe) probe ;; ncu) ncu "$@" ;; gpu-tests) gpu_tests ;;
+  adversarial) adversarial ;; memory) memory ;; speed) speed "$@" ;;
+  all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
 esac
 kf leaderboard

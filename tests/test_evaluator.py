@@ -109,3 +109,14 @@ def test_scratch_space_is_removed(cpu_settings, tmp_path, monkeypatch):
     job = CandidateJob(path=TEST_HARDSWISH / "py_segfault.py", problem=resolve_problem("scale_bias_hardswish"))
     assert [v.status for v in evaluate([job], cpu_settings)] == [Status.RUNTIME_ERROR]
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["relu", "avg_pool_2d", "matmul"])
+def test_inputs_are_made_on_the_evaluation_device(name):
+    """Inputs must be born on the target device (a 17 GB input never touches host memory); the meta device
+    stands in for CUDA here, since both go through the same device context."""
+    from evaluator.loading import load_problem
+    from evaluator.trials import make_inputs
+
+    problem = load_problem(resolve_problem(name).path, {})
+    assert {t.device.type for t in make_inputs(problem, 0, "meta")} == {"meta"}
