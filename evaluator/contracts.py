@@ -49,6 +49,7 @@ class EvalSettings(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     build_root: Path | None = None  # content-addressed build cache; default ~/.cache/kforge/builds
     jobs: int = Field(2, ge=1)  # parallel compiles
+    gpus: list[str] | None = None  # CUDA devices (ids as CUDA_VISIBLE_DEVICES names them) to spread runs over; None: all visible
 
 
 class TimingStats(BaseModel):
@@ -94,6 +95,7 @@ class Evidence(BaseModel):
     peak_memory: dict[str, int] = Field(default_factory=dict)
     compile_s: float | None = None
     cache_hit: bool | None = None
+    gpu: str | None = None  # the CUDA device id (as in CUDA_VISIBLE_DEVICES) the candidate ran on
     notes: list[str] = Field(default_factory=list)
 
 

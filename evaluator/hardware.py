@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
 from typing import NamedTuple
 
@@ -21,6 +22,12 @@ def cpu_name() -> str:
 @functools.cache
 def device_name(device: str) -> str:
     return torch.cuda.get_device_name() if device == "cuda" else cpu_name()
+
+
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process may use, named as CUDA_VISIBLE_DEVICES names them (ids or UUIDs)."""
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return listed if "CUDA_VISIBLE_DEVICES" in os.environ else [str(i) for i in range(torch.cuda.device_count())]
 
 
 def auto_device() -> str:

@@ -8,7 +8,9 @@ import platform
 import secrets
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor, as_completed, wait
+import threading
+import queue
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Iterator
 
@@ -17,7 +19,7 @@ from pydantic import BaseModel
 
 from evaluator.contracts import EvalSettings, Evidence, Status, Verdict
 from evaluator.correctness import load_outputs
-from evaluator.hardware import device_name
+from evaluator.hardware import device_name, visible_gpus
 from evaluator.judge import Outcome, Reference, ended_badly, judge, timings
 from evaluator.sandbox import ChildResult, run_child
 from evaluator.static import check_source
@@ -49,6 +51,9 @@ class Batch:
 
     def __init__(self, settings: EvalSettings):
         self.settings = settings
+        self.gpus = (settings.gpus or visible_gpus()) if settings.device == "cuda" else [None]
+        if not self.gpus:
+            raise EvaluatorError("no CUDA device is visible (check CUDA_VISIBLE_DEVICES or --gpus)")
         self.root = Path(tempfile.mkdtemp(prefix="kforge-eval-"))  # honours TMPDIR (e.g. /dev/shm for big outputs)
         self.init_seed = secrets.randbits(31)
         self.trial_seeds = [(f"trial_{i}", secrets.randbits(31)) for i in range(settings.trials)]
@@ -56,6 +61,10 @@ class Batch:
         self.probe_fraction = 0.2 + 0.6 * secrets.randbelow(1000) / 1000  # which timed rep gets its output checked
         self.build_root = settings.build_root or DEFAULT_BUILD_ROOT
         self.references: dict[str, Reference] = {}
+        self.stop = threading.Event()  # set when the batch ends early: running children are stopped
+        self.free_gpus: queue.Queue = queue.Queue()
+        for gpu in self.gpus:
+            self.free_gpus.put(gpu)
 
     def _secrets(self, role: str) -> dict:
         """Seeds for the roles that run the model; the compile child, which only imports candidate code (and
@@ -81,9 +90,11 @@ class Batch:
             **extra,
         }
 
-    def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None, **extra) -> ChildResult:
+    def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
+            gpu: str | None = None, **extra) -> ChildResult:
         request = self.request(role, problem, workdir / "out", candidate, **extra)
-        return run_child(request, workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu")
+        return run_child(request, workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu",
+                         stop=self.stop, gpu=gpu)
 
 
 def build_key(source: str, device: str) -> str:
@@ -104,7 +115,7 @@ def run_reference(batch: Batch, problem: Problem, save_inputs: bool = False) -> 
     """Run the problem's Model in its own child, load what it produced into memory, and delete its files
     before any candidate code runs: expected outputs never sit on disk where a candidate could read them."""
     workdir = batch.root / "ref" / problem.sha256[:16]
-    result = batch.run("reference", problem, workdir, workdir / "build", save_inputs=save_inputs)
+    result = batch.run("reference", problem, workdir, workdir / "build", gpu=batch.gpus[0], save_inputs=save_inputs)
     try:
         if ended_badly(result, batch.settings.limits.timeout_s, 0) or not result.last("trials"):
             raise EvaluatorError(f"reference problem '{problem.name}' failed to run: {result.log_tail(800).strip()}")
@@ -162,13 +173,24 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
     return batch.run("compile", prep.job.problem, prep.workdir / "compile", prep.build_dir, prep.job.path)
 
 
-def _evaluate_compiled(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict:
+def _on_free_gpu(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict:
+    """One candidate at a time per device: runs on whichever of the batch's GPUs (or the CPU) is free."""
+    gpu = batch.free_gpus.get()
+    try:
+        verdict = _evaluate_compiled(batch, prep, compiled, gpu)
+    finally:
+        batch.free_gpus.put(gpu)
+    verdict.evidence.gpu = gpu
+    return verdict
+
+
+def _evaluate_compiled(batch: Batch, prep: _Prepared, compiled: ChildResult, gpu: str | None) -> Verdict:
     settings = batch.settings
     failed = ended_badly(compiled, settings.limits.timeout_s, 0)
     if failed:
         return _verdict(prep.job, prep.sha256, settings, failed.status, evidence=failed.evidence)
     ref = batch.references[prep.job.problem.sha256]
-    result = batch.run("candidate", prep.job.problem, prep.workdir, prep.build_dir, prep.job.path)
+    result = batch.run("candidate", prep.job.problem, prep.workdir, prep.build_dir, prep.job.path, gpu=gpu)
     outcome = judge(result, ref, prep.job.problem.meta, settings, prep.workdir / "out")
     verdict = _verdict(prep.job, prep.sha256, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
@@ -181,8 +203,12 @@ def _evaluate_compiled(batch: Batch, prep: _Prepared, compiled: ChildResult) -> 
 
 
 def evaluate(jobs: list[CandidateJob], settings: EvalSettings) -> Iterator[Verdict]:
-    """Judge every job; verdicts are yielded as they are ready (static ones first)."""
+    """Judge every job; verdicts are yielded as they are ready (static ones first). Compiles run in parallel;
+    each compiled candidate runs as soon as one of the batch's devices is free. However it ends (Ctrl-C, or
+    the caller closing the generator), running children are stopped and the scratch space removed."""
     batch = Batch(settings)
+    compilers = ThreadPoolExecutor(max_workers=settings.jobs)
+    runners = ThreadPoolExecutor(max_workers=len(batch.gpus))
     try:
         prepared = []
         for i, job in enumerate(jobs):
@@ -195,11 +221,19 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings) -> Iterator[Verdi
             problem = prep.job.problem
             if problem.sha256 not in batch.references:
                 batch.references[problem.sha256] = run_reference(batch, problem)
-        with ThreadPoolExecutor(max_workers=settings.jobs) as pool:
-            futures = {pool.submit(_compile, batch, prep): prep for prep in prepared}
-            if settings.device == "cpu":
-                wait(futures)  # CPU timings must not share the cores with compilers
-            for future in as_completed(futures):
-                yield _evaluate_compiled(batch, futures[future], future.result())
+        compiling = {compilers.submit(_compile, batch, prep): prep for prep in prepared}
+        if settings.device == "cpu":
+            wait(compiling)  # CPU timings must not share the cores with compilers
+        pending = set(compiling)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                if future in compiling:
+                    pending.add(runners.submit(_on_free_gpu, batch, compiling[future], future.result()))
+                else:
+                    yield future.result()
     finally:
+        batch.stop.set()
+        for pool in (compilers, runners):
+            pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(batch.root, ignore_errors=True)

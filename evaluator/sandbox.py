@@ -6,6 +6,7 @@ whose descriptor only the child is given.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
@@ -28,6 +29,8 @@ _KEEP_ENV = (
     "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "NVCC_CCBIN", "MAX_JOBS",
 )
 _MEMORY_POLL_S = 0.25
+_GRACE_S = 2.0  # after SIGINT, before SIGKILL: torch's build removes its lock file, the child reports
+_PR_SET_PDEATHSIG = 1
 _TOKEN_VAR = "KFORGE_CHILD_TOKEN"  # marks every process a child starts, so none can outlive it unnoticed
 # What the harness sends, and how often: each event once, except one `stage` per stage and one `timing` per kind.
 _EVENTS = {"env", "stage", "compiled", "kernels", "trials", "leaks", "timing", "probe", "memory", "done", "error", "cheat"}
@@ -40,6 +43,7 @@ class ChildResult(BaseModel):
     returncode: int | None = None
     timed_out: bool = False
     memory_exceeded: bool = False
+    cancelled: bool = False  # kforge was interrupted: not a verdict on the candidate
     wall_s: float = 0.0
     stragglers: int = 0  # processes still carrying the child's token after it ended (killed)
     log_path: Path
@@ -78,8 +82,8 @@ class ChildResult(BaseModel):
             return fh.read().decode(errors="replace")[-chars:]
 
 
-def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
-    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
+def scrubbed_env(workdir: Path, build_dir: Path, token: str, gpu: str | None = None) -> dict[str, str]:
+    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ} | ({"CUDA_VISIBLE_DEVICES": gpu} if gpu else {})
     env.update(
         HOME=str(workdir), TMPDIR=str(workdir), TORCH_EXTENSIONS_DIR=str(build_dir), **{_TOKEN_VAR: token},
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -88,9 +92,13 @@ def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
     return env
 
 
-def _limit_resources(limits: Limits, cap_address_space: bool) -> None:
+def _prepare_child(limits: Limits, cap_address_space: bool) -> None:
     """Runs in the child before exec. CUDA reserves huge virtual ranges, so RLIMIT_AS only for CPU runs.
-    RLIMIT_FSIZE caps each file it writes (Python then gets EFBIG); RLIMIT_NPROC would not bind root."""
+    RLIMIT_FSIZE caps each file it writes (Python then gets EFBIG); RLIMIT_NPROC would not bind root.
+    SIGINT is the polite stop (Python turns it into KeyboardInterrupt, and torch's build then removes its
+    lock file), so it must not be inherited as ignored; the child gets it too if kforge itself dies."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     fsize = limits.file_size_mb * 2**20
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
@@ -134,15 +142,30 @@ def _kill_stragglers(token: str) -> int:
     return killed
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
 
 
-def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool) -> ChildResult:
-    """Start `python -m evaluator.child`, send it the request on its pipe, wait with timeout and memory watch."""
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGINT to the child's group, then SIGKILL after a grace period (at once if the child already ended:
+    what is left of its group are compilers or threads the candidate left behind)."""
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGINT)
+        try:
+            proc.wait(timeout=_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(proc, signal.SIGKILL)
+
+
+def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
+              stop: threading.Event | None = None, gpu: str | None = None) -> ChildResult:
+    """Start `python -m evaluator.child`, send it the request on its pipe, wait with timeout and memory watch.
+    Setting `stop` (or an exception here, e.g. Ctrl-C) ends the child the same polite way as a timeout;
+    `gpu` pins it to one CUDA device."""
     workdir.mkdir(parents=True, exist_ok=True)
     build_dir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "child.log"
@@ -152,9 +175,9 @@ def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap
     token = secrets.token_hex(16)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            cmd, cwd=workdir, env=scrubbed_env(workdir, build_dir, token), stdin=subprocess.DEVNULL, stdout=log,
+            cmd, cwd=workdir, env=scrubbed_env(workdir, build_dir, token, gpu), stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, pass_fds=(req_r, res_w), start_new_session=True,
-            preexec_fn=lambda: _limit_resources(limits, cap_address_space),
+            preexec_fn=lambda: _prepare_child(limits, cap_address_space),
         )
     os.close(req_r)
     os.close(res_w)
@@ -163,16 +186,22 @@ def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap
     result = ChildResult(log_path=log_path)
     reader = threading.Thread(target=_read_messages, args=(res_r, result.messages), daemon=True)
     reader.start()
-    _wait(proc, limits, result)
-    _kill_group(proc)  # compilers or threads the candidate left behind
-    result.stragglers = _kill_stragglers(token)
+    try:
+        _wait(proc, limits, result, stop or threading.Event())
+    finally:
+        _stop(proc)
+        result.returncode = proc.wait()
+        result.stragglers = _kill_stragglers(token)
     reader.join(timeout=5)
     return result
 
 
-def _wait(proc: subprocess.Popen, limits: Limits, result: ChildResult) -> None:
+def _wait(proc: subprocess.Popen, limits: Limits, result: ChildResult, stop: threading.Event) -> None:
     start = time.monotonic()
     while proc.poll() is None:
+        if stop.is_set():
+            result.cancelled = True
+            break
         if time.monotonic() - start > limits.timeout_s:
             result.timed_out = True
             break
@@ -183,6 +212,4 @@ def _wait(proc: subprocess.Popen, limits: Limits, result: ChildResult) -> None:
             proc.wait(timeout=_MEMORY_POLL_S)
         except subprocess.TimeoutExpired:
             pass
-    _kill_group(proc)
-    result.returncode = proc.wait()
     result.wall_s = time.monotonic() - start

@@ -196,7 +196,6 @@ def test_sigkill_mid_compile_keeps_finished_rows_and_rerun_resumes(kforge: Kforg
     assert len(kforge.evaluations()) == 7
 
 
-@pytest.mark.xfail(strict=True, reason="needs the evaluator/ and kforge/cli.py interrupt patch (see the issue 7 notes)")
 @pytest.mark.parametrize("phase", sorted(PHASES))
 def test_ctrl_c_stops_children_and_cleans_up(kforge: Kforge, tmp_path: Path, phase: str) -> None:
     """Ctrl-C mid-compile or mid-run: kforge exits within seconds, its children are gone, its temp dir too, no

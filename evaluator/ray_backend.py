@@ -1,0 +1,75 @@
+"""Evaluation spread over a Ray cluster: one task per candidate, each on a node's own devices.
+
+A task gets the candidate's and the problem's source text (no shared filesystem is assumed), runs the local
+evaluator there (sandboxed children, its own reference run on the same GPU model it times the candidate on),
+and returns the Verdict; the driver yields them as they finish and its caller stores them. Ray is optional
+(`pip install kforge[ray]`): nothing else in kforge imports it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from pydantic import BaseModel
+
+from evaluator.contracts import EvalSettings, Verdict
+from evaluator.runner import CandidateJob, EvaluatorError, evaluate as evaluate_here
+from reference_problems.registry import load_problem_file
+
+
+class Shipped(BaseModel):
+    """A job as text: what a node without this machine's files needs to evaluate it."""
+
+    candidate_name: str
+    candidate_source: str
+    problem_name: str
+    problem_source: str
+
+    @classmethod
+    def of(cls, job: CandidateJob) -> "Shipped":
+        return cls(candidate_name=job.path.name, candidate_source=job.path.read_text(errors="replace"),
+                   problem_name=job.problem.path.name, problem_source=job.problem.source())
+
+
+def evaluate_shipped(shipped: Shipped, settings: EvalSettings) -> Verdict:
+    """Runs on a Ray worker: write the two files to scratch space and evaluate them with the local backend."""
+    with tempfile.TemporaryDirectory(prefix="kforge-ray-") as scratch:
+        problem_path, candidate_path = Path(scratch, shipped.problem_name), Path(scratch, shipped.candidate_name)
+        problem_path.write_text(shipped.problem_source)
+        candidate_path.write_text(shipped.candidate_source)
+        job = CandidateJob(path=candidate_path, problem=load_problem_file(problem_path))
+        return next(iter(evaluate_here([job], settings)))
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise EvaluatorError("the Ray backend needs Ray: pip install 'kforge[ray]'") from None
+    return ray
+
+
+def evaluate(jobs: list[CandidateJob], settings: EvalSettings, address: str | None = None) -> Iterator[Verdict]:
+    """Like evaluator.evaluate, on the cluster at `address` (None: start a local one). A task holds one GPU
+    (Ray pins it with CUDA_VISIBLE_DEVICES) or, on CPU, the cores its timed run uses plus one for compiles."""
+    ray = _ray()
+    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
+    resources = {"num_gpus": 1, "num_cpus": 1} if settings.device == "cuda" else {"num_cpus": settings.cpu_threads + 1}
+    task = ray.remote(evaluate_shipped).options(max_retries=0, **resources)
+    remote = settings.model_copy(update={"gpus": None, "jobs": 1})
+    pending = {task.remote(Shipped.of(job), remote): job for job in jobs}
+    try:
+        while pending:
+            (done,), _ = ray.wait(list(pending), num_returns=1)
+            job = pending.pop(done)
+            try:
+                verdict = ray.get(done)
+            except ray.exceptions.RayError as exc:  # a lost node or worker: kforge's failure, not the candidate's
+                raise EvaluatorError(f"Ray task for {job.path} failed: {str(exc).splitlines()[0]}") from None
+            verdict.solution_path = str(job.path)
+            yield verdict
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
