@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import hashlib
 import json
+import math
 import sys
 from pathlib import Path
-from typing import Annotated, Iterable, Optional
+from typing import Annotated, Callable, Iterable, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -19,7 +21,7 @@ from db import Database, DatabaseError, EvaluationRow
 from evaluator import CandidateJob, EvalSettings, EvaluatorError, Limits, Verdict, evaluate
 from evaluator.hardware import auto_device, device_name
 from evaluator.static import check_source
-from kforge import record
+from kforge import kernelbench, record
 from kforge.settings import Settings
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
 
@@ -57,7 +59,8 @@ def open_db(url: str | None) -> Database:
     return Database(url) if url else Database.default()
 
 
-def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline: bool = False) -> EvalSettings:
+def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline: bool = False,
+                  gpus: str | None = None) -> EvalSettings:
     cfg = Settings()
     device = device or cfg.device or auto_device()
     if device not in ("cpu", "cuda"):
@@ -68,7 +71,17 @@ def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline
         raise UserError(f"--size must be full, small or auto, not '{size}'")
     limits = Limits(timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
     return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root,
-                        compile_baseline=compile_baseline)
+                        compile_baseline=compile_baseline, gpus=gpus.split(",") if gpus else None)
+
+
+def backend_for(name: str, address: str | None) -> Callable[[list[CandidateJob], EvalSettings], Iterator[Verdict]]:
+    """The local evaluator (default) or the Ray one; the caller stores the verdicts either way."""
+    if name == "local":
+        return evaluate
+    if name == "ray":
+        from evaluator import ray_backend  # Ray is an optional extra: imported only when asked for
+        return functools.partial(ray_backend.evaluate, address=address)
+    raise UserError(f"--backend must be local or ray, not '{name}'")
 
 
 def candidate_file(path: Path) -> Path:
@@ -85,12 +98,14 @@ def candidate_file(path: Path) -> Path:
 
 
 def problem_for(path: Path, problem: str | None) -> Problem:
-    """--problem wins; otherwise solutions/<problem>/<file>.py names it."""
+    """--problem wins; otherwise solutions/<problem>/<file>.py names it, else a KernelBench kernel file's name."""
     if problem:
         return resolve_problem(problem)
     try:
         return resolve_problem(path.parent.name)
     except ProblemError:
+        if kernelbench.sample_of(path):
+            return kernelbench.problems_for([path], list_problems())[path]
         raise UserError(f"cannot infer the problem of {path} (its folder '{path.parent.name}' is no problem); pass --problem") from None
 
 
@@ -127,12 +142,13 @@ def results_table(lines: list[dict]) -> Table:
     return table
 
 
-def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSettings, rerun: bool, progress: bool) -> Iterable[dict]:
+def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSettings, rerun: bool, progress: bool,
+             backend: Callable[[list[CandidateJob], EvalSettings], Iterator[Verdict]] = evaluate) -> Iterable[dict]:
     """Reuse stored verdicts for unchanged code on the same device (unless rerun); evaluate and store the rest."""
     where = device_name(settings.device)
     todo = []
     for job in jobs:
-        sha = record.record_solution(database, job.problem, job.path)
+        sha = kernelbench.record_solution(database, job.problem, job.path)
         row = None if rerun else database.find_evaluation(sha, where, settings.size)
         if row:
             yield row_line(row)
@@ -140,9 +156,10 @@ def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSetting
             todo.append(job)
     with Progress(console=err, disable=not progress or not todo, transient=True) as bar:
         task = bar.add_task("evaluating", total=len(todo))
-        for verdict in evaluate(todo, settings):
-            bar.advance(task)
-            yield verdict_line(verdict, record.record_verdict(database, verdict))
+        with contextlib.closing(backend(todo, settings)) as verdicts:  # stops its children however we leave
+            for verdict in verdicts:
+                bar.advance(task)
+                yield verdict_line(verdict, record.record_verdict(database, verdict))
 
 
 def emit(lines: Iterable[dict], as_json: bool) -> list[dict]:
@@ -205,14 +222,17 @@ def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining Mod
 
 
 def collect(directory: Path, problem: str | None) -> list[CandidateJob]:
-    """Every .py under DIR whose folder names a problem (or all of them with --problem)."""
+    """Every .py under DIR whose folder names a problem, or that KernelBench named level_L_problem_P_sample_S_kernel.py
+    (its problem imported by `kforge problems import`); all of them with --problem."""
     if not directory.is_dir():
         raise UserError(f"no such directory: {directory}")
     fixed = resolve_problem(problem) if problem else None
     known = {p.name: p for p in list_problems()}
+    paths = sorted(directory.rglob("*.py"))
+    samples = {} if fixed else kernelbench.problems_for([p for p in paths if p.parent.name not in known], known.values())
     jobs, skipped = [], []
-    for path in sorted(directory.rglob("*.py")):
-        target = fixed or known.get(path.parent.name)
+    for path in paths:
+        target = fixed or known.get(path.parent.name) or samples.get(path)
         if target is None:
             skipped.append(path)
         else:
@@ -230,22 +250,35 @@ def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/
                  device: DeviceOpt = None, size: SizeOpt = "auto",
                  jobs: Annotated[int, typer.Option("--jobs", "-j", help="parallel compiles")] = 2,
                  rerun: Annotated[bool, typer.Option("--rerun")] = False, db: DbOpt = None, as_json: JsonOpt = False,
-                 compile_baseline: Annotated[bool, typer.Option(help="also time torch.compile(reference)")] = False) -> None:
-    """Evaluate every candidate in a directory (solutions/<problem>/<name>.py); exit 0 unless kforge itself fails."""
+                 compile_baseline: Annotated[bool, typer.Option(help="also time torch.compile(reference)")] = False,
+                 gpus: Annotated[Optional[str], typer.Option(help="CUDA devices to use, e.g. 0,1 (default: every visible one)")] = None,
+                 backend: Annotated[str, typer.Option(help="local, or ray (one task per candidate on a Ray cluster)")] = "local",
+                 address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local one)")] = None) -> None:
+    """Evaluate every candidate in a directory (solutions/<problem>/<name>.py, or a KernelBench run directory of
+    level_L_problem_P_sample_S_kernel.py files); exit 0 unless kforge itself fails."""
     candidates = collect(directory, problem)
-    settings = eval_settings(device, size, jobs, compile_baseline)
-    emit(run_jobs(open_db(db), candidates, settings, rerun, progress=not as_json), as_json)
+    settings = eval_settings(device, size, jobs, compile_baseline, gpus)
+    run = backend_for(backend, address)
+    emit(run_jobs(open_db(db), candidates, settings, rerun, progress=not as_json, backend=run), as_json)
 
 
 @app.command()
 @friendly
 def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt = False,
-                as_csv: Annotated[bool, typer.Option("--csv")] = False) -> None:
-    """Best correct speedup per problem, fast_p and the geometric-mean speedup."""
+                as_csv: Annotated[bool, typer.Option("--csv")] = False,
+                level: Annotated[Optional[int], typer.Option("--level", help="only problems of this level")] = None) -> None:
+    """Best correct speedup per problem, fast_p and the geometric-mean speedup of the per-problem bests.
+
+    fast_p is KernelBench's: of ALL evaluated samples, the fraction that are correct AND have speedup > p over eager
+    PyTorch. A sample is a stored solution on one device and size, judged by its latest evaluation; `skipped` ones
+    never ran and do not count. Published numbers are per level: compare with --level."""
     database = open_db(db)
     name = resolve_problem(problem).name if problem else None
-    rows = [r.model_dump(mode="json") for r in database.leaderboard(name)]
-    summary = {"fast_p": database.fast_p((0, 1, 1.5, 2), name), "geomean_speedup": database.geomean_speedup(name)}
+    rows = [r.model_dump(mode="json") for r in database.leaderboard(name) if level is None or r.level == level]
+    fast, samples = kernelbench.fast_p(database, kernelbench.FAST_P, name, level)
+    best = [r["best_speedup"] for r in rows if r["best_speedup"]]
+    geomean = math.exp(math.fsum(map(math.log, best)) / len(best)) if best else None  # = database.geomean_speedup
+    summary = {"fast_p": fast, "samples": samples, "geomean_speedup": geomean}
     if as_json:
         print(json.dumps({"problems": rows, **summary}, indent=1))
     elif as_csv:
@@ -254,8 +287,8 @@ def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt =
         writer.writerows({k: json.dumps(v) if isinstance(v, dict) else v for k, v in r.items()} for r in rows)
     else:
         out.print(leader_table(rows))
-        fast = "  ".join(f"fast_{p:g}={v:.2f}" for p, v in summary["fast_p"].items())
-        out.print(f"{fast}  geomean speedup={_fmt(summary['geomean_speedup'])}")
+        fast = "  ".join(f"fast_{p:g}={v:.2f}" for p, v in fast.items()) + f" (KernelBench's, over {samples} samples)"
+        out.print(f"{fast if samples else 'no evaluated samples'}  geomean speedup={_fmt(geomean)}")
 
 
 def leader_table(rows: list[dict]) -> Table:

@@ -47,3 +47,18 @@ def test_int32_overflow_poisons_only_its_own_child(tmp_path):
     assert "illegal memory access" in seed.evidence.cause
     assert "32-bit index overflow" in seed.evidence.hint
     assert verdicts["repair_001_int64_index.py"].status is Status.CORRECT
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_candidates_spread_over_every_visible_gpu(tmp_path):
+    """One runner per device: four copies of a correct kernel land on both GPUs, each verdict naming its GPU."""
+    from evaluator.hardware import visible_gpus
+
+    source = (CANDIDATES / "relu" / "relu_cuda.py").read_text()
+    copies = []
+    for i in range(4):
+        copies.append(tmp_path / f"relu_copy_{i}.py")
+        copies[-1].write_text(f"{source}\n# copy {i}\n")
+    verdicts = _run(copies, "relu", "small", tmp_path)
+    assert {v.status for v in verdicts.values()} == {Status.CORRECT}
+    assert {v.evidence.gpu for v in verdicts.values()} == set(visible_gpus())

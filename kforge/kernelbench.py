@@ -1,0 +1,116 @@
+"""KernelBench compatibility: its generated-kernel layout, and its fast_p.
+
+KernelBench (github.com/ScalingIntelligence/KernelBench) writes every generated kernel flat into a run directory as
+`level_{L}_problem_{P}_sample_{S}_kernel.py`. P is the NN of the problem file `levelL/NN_name.py`, which
+`kforge problems import` keeps (with its levelL/ folder) in the user problem dir and registers as `NN_name`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from db import Database, DatabaseError
+from db.models import Evaluation, Problem as ProblemModel, Solution
+from kforge import record
+from reference_problems import Problem, ProblemError
+from reference_problems.registry import LEVEL_DIR
+
+SAMPLE_FILE = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py")
+PROBLEM_ID = re.compile(r"(\d+)_")  # levelL/NN_name.py
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+NOT_RUN = "skipped"  # a verdict that never ran the sample (e.g. CUDA code, no GPU): not an evaluated sample
+
+
+class Sample(NamedTuple):
+    level: int
+    problem_id: int
+    sample_id: int
+
+    @property
+    def tag(self) -> str:
+        """Stored as the solution's seed_id: which generated sample this code is."""
+        return f"kernelbench:level_{self.level}_problem_{self.problem_id}_sample_{self.sample_id}"
+
+
+def sample_of(path: Path) -> Sample | None:
+    """The (level, problem id, sample id) a KernelBench kernel file's name encodes; None for any other file."""
+    match = SAMPLE_FILE.fullmatch(Path(path).name)
+    return Sample(*map(int, match.groups())) if match else None
+
+
+def kernelbench_id(problem: Problem) -> tuple[int, int] | None:
+    """(level, NN) of a problem stored as levelL/NN_name.py, as `problems import` leaves it; None otherwise."""
+    level, number = LEVEL_DIR.fullmatch(problem.path.parent.name), PROBLEM_ID.match(problem.path.stem)
+    return (int(level.group(1)), int(number.group(1))) if level and number else None
+
+
+def problems_for(paths: Iterable[Path], problems: Iterable[Problem]) -> dict[Path, Problem]:
+    """The problem of every KernelBench kernel file among paths (other files are left out). Raises ProblemError,
+    one line, when a sample's problem was not imported or is ambiguous: nothing is evaluated then."""
+    index: dict[tuple[int, int], list[Problem]] = {}
+    for problem in problems:
+        if (key := kernelbench_id(problem)) is not None:
+            index.setdefault(key, []).append(problem)
+    found, missing = {}, []
+    for path in paths:
+        if (sample := sample_of(path)) is None:
+            continue
+        matches = index.get((sample.level, sample.problem_id), [])
+        if len(matches) > 1:
+            names = ", ".join(sorted(p.name for p in matches))
+            raise ProblemError(f"{path.name}: KernelBench level {sample.level} problem {sample.problem_id} is ambiguous "
+                               f"({names} are registered); pass --problem")
+        if matches:
+            found[path] = matches[0]
+        else:
+            missing.append((path, sample))
+    if missing:
+        path, sample = missing[0]
+        more = f" (and {len(missing) - 1} more samples)" if len(missing) > 1 else ""
+        raise ProblemError(f"{path.name}: KernelBench level {sample.level} problem {sample.problem_id} is not imported{more}; "
+                           f"run kforge problems import PATH first (PATH: your KernelBench checkout)")
+    return found
+
+
+def record_solution(database: Database, problem: Problem, path: Path) -> str:
+    """record.record_solution; a KernelBench sample is stored as origin 'generated', with its tag as seed_id."""
+    sample = sample_of(path)
+    if sample is None:
+        return record.record_solution(database, problem, path)
+    sha = record.record_solution(database, problem, path, origin="generated")
+    # record_solution takes no seed_id; upserting the stored row again fills that blank and overwrites nothing
+    database.upsert_solution(sha, problem.name, path.read_bytes().decode(errors="replace"), path=str(path), seed_id=sample.tag)
+    return sha
+
+
+def fast_p(database: Database, thresholds: Iterable[float] = FAST_P, problem: str | None = None,
+           level: int | None = None) -> tuple[dict[float, float], int]:
+    """KernelBench's fast_p: of ALL evaluated samples, the fraction that are correct AND have speedup > p
+    (KernelBench's score.py: count(correct and speedup > p) / n, n = every sample). Returns ({p: fraction}, n);
+    ({}, 0) when nothing is evaluated. A sample is a stored solution on one device and size, judged by its latest
+    stored evaluation (reruns do not count twice); a `skipped` verdict never ran it, so it is no evaluated sample.
+    Identical code is stored once, so two samples with the same source count once. Reads one index entry per
+    evaluation (about 0.6 s for 1M evaluations on SQLite): no tally keeps the latest verdict per sample."""
+    latest = select(func.max(Evaluation.id).label("id"))  # ids grow as rows are stored: the latest stored verdict
+    if problem is not None or level is not None:
+        latest = latest.join(Solution, Evaluation.solution_id == Solution.id).join(ProblemModel, Solution.problem_id == ProblemModel.id)
+        latest = latest.where(*([ProblemModel.name == problem] if problem is not None else []),
+                              *([ProblemModel.level == level] if level is not None else []))
+    latest = latest.group_by(Evaluation.solution_id, Evaluation.device_name, Evaluation.size).subquery()
+    stmt = select(Evaluation.status, Evaluation.speedup).join(latest, Evaluation.id == latest.c.id)
+    stmt = stmt.where(Evaluation.status != NOT_RUN)
+    try:
+        with database.session() as s, s.begin():
+            verdicts = s.execute(stmt).all()
+    except SQLAlchemyError as exc:
+        raise DatabaseError(f"cannot read evaluations: {str(exc).splitlines()[0]}") from None
+    if not verdicts:
+        return {}, 0
+    speedups = [speedup for status, speedup in verdicts if status == "correct" and speedup is not None]
+    return {float(p): sum(x > p for x in speedups) / len(verdicts) for p in thresholds}, len(verdicts)
