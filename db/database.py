@@ -21,7 +21,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, Ope
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import migrate
-from db.models import Evaluation, Generation, Problem, Solution
+from db.models import Evaluation, EvaluationTally, Generation, Problem, Solution
 from db.rows import EvaluationRow, GenerationRow, LeaderRow, ProblemRow, SolutionRow
 
 ENV_VAR = "KFORGE_DB"
@@ -144,15 +144,15 @@ def _problem_id(problem: str) -> Any:
     return select(Problem.id).where(Problem.name == problem).scalar_subquery()
 
 
-def _eval_filters(problem: str | None, device_name: str | None, size: str | None) -> list[ColumnElement[bool]]:
-    """WHERE clauses shared by the aggregate queries (which join Evaluation to Solution)."""
+def _tally_filters(problem: str | None, device_name: str | None, size: str | None) -> list[ColumnElement[bool]]:
+    """WHERE clauses shared by the aggregate queries, which all read EvaluationTally."""
     where: list[ColumnElement[bool]] = []
     if problem is not None:
-        where.append(Solution.problem_id == _problem_id(problem))
+        where.append(EvaluationTally.problem_id == _problem_id(problem))
     if device_name is not None:
-        where.append(Evaluation.device_name == device_name)
+        where.append(EvaluationTally.device_name == device_name)
     if size is not None:
-        where.append(Evaluation.size == size)
+        where.append(EvaluationTally.size == size)
     return where
 
 
@@ -211,6 +211,23 @@ def _fill_blanks(row: Solution, **values: Any) -> None:
     for key, value in values.items():
         if value is not None and getattr(row, key) is None:
             setattr(row, key, value)
+
+
+_RANKED = (Evaluation.status == CORRECT, Evaluation.speedup > 0)  # the evaluations that can be a problem's best
+_BEST = (Evaluation.speedup.desc(), Evaluation.created_at, Evaluation.id)  # the highest speedup, earliest on ties
+
+
+def _tally(s: Session, problem_id: int, ev: Evaluation) -> None:
+    """Counts a new evaluation in its tally and keeps the tally's best. FOR UPDATE makes concurrent writers to one
+    tally queue on PostgreSQL instead of losing counts (SQLite writers queue at BEGIN IMMEDIATE already); two first
+    writers both inserting the tally make one fail on its primary key, and _retry_on_conflict runs it again."""
+    tally = s.get(EvaluationTally, (problem_id, ev.device_name, ev.size, ev.status), with_for_update=True)
+    if tally is None:
+        tally = EvaluationTally(problem_id=problem_id, device_name=ev.device_name, size=ev.size, status=ev.status, n=0)
+        s.add(tally)
+    tally.n += 1
+    rivals = [i for i in (tally.best_id, ev.id) if i is not None]
+    tally.best_id = s.scalar(select(Evaluation.id).where(Evaluation.id.in_(rivals), *_RANKED).order_by(*_BEST).limit(1))
 
 
 _NEWEST_EVAL = (Evaluation.created_at.desc(), Evaluation.id.desc())
@@ -367,13 +384,17 @@ class Database:
     # -- evaluations ---------------------------------------------------------------------------
 
     @_guarded
+    @_retry_on_conflict
     def add_evaluation(self, solution_sha256: str, **fields: Any) -> int:
-        """Stores one verdict; fields are Evaluation's columns (status and device required)."""
+        """Stores one verdict and counts it in its tally; fields are Evaluation's columns (status and device
+        required)."""
         _check_fields("add_evaluation", fields, _EVAL_FIELDS, _EVAL_REQUIRED)
         with self.session(write=True) as s, s.begin():
-            row = Evaluation(solution_id=self._solution_in(s, solution_sha256).id, **fields)
+            sol = self._solution_in(s, solution_sha256)
+            row = Evaluation(solution_id=sol.id, **fields)
             s.add(row)
             s.flush()
+            _tally(s, sol.problem_id, row)
             return row.id
 
     @_guarded
@@ -404,16 +425,16 @@ class Database:
 
     @staticmethod
     def _best(s: Session, where: list[ColumnElement[bool]]) -> dict[int, Evaluation]:
-        """Per problem id, the correct evaluation with the highest speedup (earliest on ties)."""
-        order = (Evaluation.speedup.desc(), Evaluation.created_at, Evaluation.id)
+        """Per problem id, the correct evaluation with the highest speedup (earliest on ties): the best of its
+        matching tallies' bests."""
         ranked = (
             select(
                 Evaluation.id.label("eid"),
-                Solution.problem_id.label("pid"),
-                func.row_number().over(partition_by=Solution.problem_id, order_by=order).label("rank"),
+                EvaluationTally.problem_id.label("pid"),
+                func.row_number().over(partition_by=EvaluationTally.problem_id, order_by=_BEST).label("rank"),
             )
-            .join(Solution, Evaluation.solution_id == Solution.id)
-            .where(Evaluation.status == CORRECT, Evaluation.speedup > 0, *where)
+            .join(Evaluation, Evaluation.id == EvaluationTally.best_id)
+            .where(*where)
             .subquery()
         )
         stmt = select(ranked.c.pid, Evaluation).join(Evaluation, Evaluation.id == ranked.c.eid)
@@ -423,10 +444,9 @@ class Database:
     @staticmethod
     def _status_counts(s: Session, where: list[ColumnElement[bool]]) -> dict[int, dict[str, int]]:
         stmt = (
-            select(Solution.problem_id, Evaluation.status, func.count())
-            .join(Solution, Evaluation.solution_id == Solution.id)
+            select(EvaluationTally.problem_id, EvaluationTally.status, func.sum(EvaluationTally.n))
             .where(*where)
-            .group_by(Solution.problem_id, Evaluation.status)
+            .group_by(EvaluationTally.problem_id, EvaluationTally.status)
         )
         counts: dict[int, dict[str, int]] = {}
         for pid, status, n in s.execute(stmt):
@@ -439,7 +459,7 @@ class Database:
     ) -> list[LeaderRow]:
         """One row per problem that has solutions, by level then name: best correct speedup over
         all matching evaluations, evaluation counts by status, and the number of solutions."""
-        where = _eval_filters(problem, device_name, size)
+        where = _tally_filters(problem, device_name, size)
         stmt = select(Problem, func.count(Solution.id)).join(Solution, Solution.problem_id == Problem.id)
         if problem is not None:
             stmt = stmt.where(Problem.name == problem)
@@ -450,8 +470,7 @@ class Database:
 
     def _best_speedups(self, where: list[ColumnElement[bool]]) -> tuple[int, list[float]]:
         """(number of problems with matching evaluations, their best correct speedups)."""
-        n_stmt = select(func.count(distinct(Solution.problem_id))).select_from(Evaluation)
-        n_stmt = n_stmt.join(Solution, Evaluation.solution_id == Solution.id).where(*where)
+        n_stmt = select(func.count(distinct(EvaluationTally.problem_id))).where(*where)
         with self.session() as s, s.begin():
             return s.scalar(n_stmt) or 0, [ev.speedup for ev in self._best(s, where).values()]
 
@@ -464,9 +483,10 @@ class Database:
         device_name: str | None = None,
         size: str | None = None,
     ) -> dict[float, float]:
-        """KernelBench's fast_p: the fraction of evaluated problems with a correct solution whose
-        speedup > p. Correct runs without a timed speedup do not count. {} if nothing is evaluated."""
-        n, best = self._best_speedups(_eval_filters(problem, device_name, size))
+        """fast_p over problems: the fraction of evaluated problems whose best correct solution has speedup > p
+        (best-of-k; KernelBench's per-sample fast_p is kforge.kernelbench.fast_p, and the two agree when every
+        problem has one sample). Correct runs without a timed speedup do not count. {} if nothing is evaluated."""
+        n, best = self._best_speedups(_tally_filters(problem, device_name, size))
         if n == 0:
             return {}
         return {float(p): sum(b > p for b in best) / n for p in thresholds}
@@ -476,7 +496,7 @@ class Database:
         self, problem: str | None = None, *, device_name: str | None = None, size: str | None = None
     ) -> float | None:
         """Geometric mean of the per-problem best correct speedups; None when there are none."""
-        _, best = self._best_speedups(_eval_filters(problem, device_name, size))
+        _, best = self._best_speedups(_tally_filters(problem, device_name, size))
         return math.exp(math.fsum(map(math.log, best)) / len(best)) if best else None
 
     # -- generations ---------------------------------------------------------------------------

@@ -93,10 +93,7 @@ class Evaluation(Base):
     """One verdict of the evaluator for one solution on one device and size."""
 
     __tablename__ = "evaluations"
-    __table_args__ = (
-        Index("ix_evaluations_lookup", "solution_id", "device_name", "size"),
-        Index("ix_evaluations_board", "status", "speedup", "solution_id"),
-    )
+    __table_args__ = (Index("ix_evaluations_lookup", "solution_id", "device_name", "size"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     solution_id: Mapped[int] = mapped_column(ForeignKey("solutions.id"))
@@ -119,6 +116,21 @@ class Evaluation(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     solution: Mapped[Solution] = relationship(lazy="joined")
+
+
+class EvaluationTally(Base):
+    """How many evaluations one problem has per device, size and status, and the best correct one among them.
+    Database.add_evaluation keeps it in step in the same transaction, so the leaderboard, fast_p and geomean read a
+    few rows per problem instead of aggregating every evaluation (1M rows took seconds)."""
+
+    __tablename__ = "evaluation_tallies"
+
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
+    device_name: Mapped[str] = mapped_column(primary_key=True)
+    size: Mapped[str] = mapped_column(primary_key=True)
+    status: Mapped[str] = mapped_column(primary_key=True)
+    n: Mapped[int]
+    best_id: Mapped[int | None] = mapped_column(ForeignKey("evaluations.id"))  # see database._RANKED and _BEST
 
 
 class Generation(Base):

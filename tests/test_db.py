@@ -3,11 +3,14 @@ and concurrent writers are the point; the `url` fixture is in conftest.py)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
+import random
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -215,9 +218,42 @@ def test_leaderboard_tie_goes_to_the_earliest(db: Database) -> None:
     add_problem(db, "A")
     db.upsert_solution("first", "A", "1")
     db.upsert_solution("second", "A", "2")
+    db.upsert_solution("imported", "A", "3")
     add_eval(db, "first", speedup=2.0)
     add_eval(db, "second", speedup=2.0)
     assert db.leaderboard()[0].best_sha256 == "first"
+    add_eval(db, "imported", speedup=2.0, created_at=datetime(2020, 1, 1, tzinfo=UTC))  # stored last, run first
+    assert db.leaderboard()[0].best_sha256 == "imported"
+
+
+def test_aggregates_match_every_evaluation(db: Database) -> None:
+    """The tallies add_evaluation keeps answer as aggregating every stored evaluation would: random runs over
+    problems, devices, sizes and statuses, with speedup ties, zero speedups and created_at out of order (imports)."""
+    rng, t0 = random.Random(1), datetime(2024, 1, 1, tzinfo=UTC)
+    for name in "ABC":
+        add_problem(db, name)
+        for i in range(3):
+            db.upsert_solution(f"{name}{i}", name, f"{name}{i}")
+    for _ in range(150):
+        add_eval(db, f"{rng.choice('ABC')}{rng.randrange(3)}", rng.choice(["correct", "correct", "incorrect", "leak"]),
+                 rng.choice([None, 0.0, 0.5, 1.0, 2.0, 3.0]), device_name=rng.choice(["H100", "cpu"]),
+                 size=rng.choice(["full", "small"]), created_at=t0 + timedelta(minutes=rng.randrange(60)))  # fmt: skip
+    runs = db.evaluations()
+    for device_name, size in itertools.product((None, "H100"), (None, "small")):
+        picked = [r for r in runs if device_name in (None, r.device_name) and size in (None, r.size)]
+        board = db.leaderboard(device_name=device_name, size=size)
+        for row in board:
+            mine = [r for r in picked if r.problem == row.problem]
+            assert row.status_counts == Counter(r.status for r in mine)
+            timed = [r for r in mine if r.status == "correct" and (r.speedup or 0) > 0]
+            best = min(timed, key=lambda r: (-r.speedup, r.created_at, r.id), default=None)
+            assert (row.best_speedup, row.best_sha256) == (best and best.speedup, best and best.solution_sha256)
+        bests = [row.best_speedup for row in board if row.best_speedup]
+        n = len({r.problem for r in picked})
+        fast = {p: sum(b > p for b in bests) / n for p in (0.0, 1.0, 2.0)}
+        assert db.fast_p((0, 1, 2), device_name=device_name, size=size) == fast
+        geomean = math.prod(bests) ** (1 / len(bests))
+        assert db.geomean_speedup(device_name=device_name, size=size) == pytest.approx(geomean, rel=1e-12)
 
 
 def test_fast_p_and_geomean(db: Database) -> None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from alembic import command
-from sqlalchemy import create_engine, text
+from sqlalchemy import MetaData, Table, create_engine, text
 
 from db import Database, DatabaseError, migrate
 
@@ -34,6 +35,22 @@ def sql(url: str, statement: str) -> list[tuple]:
     return rows
 
 
+def insert_rows(url: str, table: str, rows: list[dict]) -> None:
+    """Rows written into a table as it is at the database's revision (reflected: db.models is the newest schema)."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(Table(table, MetaData(), autoload_with=conn).insert(), rows)
+    engine.dispose()
+
+
+def old_run(solution_id: int, status: str, speedup: float | None = None, device_name: str = "H100",
+            minute: int = 0) -> dict:  # fmt: skip
+    """An evaluations row at revision 0001, which had no defaults of its own."""
+    return dict(solution_id=solution_id, status=status, cause="", evidence={}, device="cuda", device_name=device_name,
+                size="full", speedup=speedup, torch_version="", timings={}, wall_s=0.0,
+                created_at=datetime(2024, 1, 1, 0, minute))  # fmt: skip
+
+
 def test_new_database_is_at_head_with_no_drift(url: str) -> None:
     Database(url).close()
     assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.head(),)]
@@ -54,6 +71,38 @@ def test_first_schema_with_rows_is_upgraded_to_head(url: str, made_by: str) -> N
     with Database(url) as db:
         assert db.upsert_problem("relu", 1, "p", "h") == 1  # the old row, not a new one
     assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.head(),)]
+
+
+def test_evaluations_stored_at_the_first_schema_are_tallied(url: str) -> None:
+    """0002 tallies the evaluations already stored: the aggregates give the answers they gave before it, and later
+    evaluations add to those tallies."""
+    run_on(url, command.upgrade, migrate.FIRST)
+    at = datetime(2024, 1, 1)
+    insert_rows(url, "problems", [dict(name=name, level=level, path="p", sha256="h", created_at=at)
+                                  for name, level in (("A", 1), ("B", 2))])  # fmt: skip
+    insert_rows(url, "solutions", [dict(sha256=sha, problem_id=pid, source="s", origin="seed", created_at=at)
+                                   for sha, pid in (("a1", 1), ("a2", 1), ("b1", 2))])  # fmt: skip
+    insert_rows(url, "evaluations", [
+        old_run(1, "correct", 2.0, minute=5),
+        old_run(2, "correct", 2.0, minute=1),  # ties with a1's run, but ran earlier: the best
+        old_run(1, "correct"),  # correct but untimed: counted, never the best
+        old_run(1, "incorrect"),
+        old_run(2, "correct", 5.0, device_name="cpu"),
+        old_run(3, "compile_error"),
+        old_run(3, "correct", 0.5),
+    ])  # fmt: skip
+    with Database(url) as db:
+        a, b = db.leaderboard(device_name="H100")
+        assert (a.best_sha256, a.best_speedup, a.status_counts) == ("a2", 2.0, {"correct": 3, "incorrect": 1})
+        assert (b.best_sha256, b.best_speedup, b.status_counts) == ("b1", 0.5, {"compile_error": 1, "correct": 1})
+        assert [(r.best_device_name, r.n_evaluations, r.n_solutions) for r in db.leaderboard()] == [
+            ("cpu", 5, 2), ("H100", 2, 1)
+        ]  # fmt: skip
+        assert db.fast_p(device_name="H100") == {0.0: 1.0, 1.0: 0.5, 1.5: 0.5, 2.0: 0.0}
+        assert db.geomean_speedup(device_name="H100") == pytest.approx(1.0, rel=1e-12)
+        db.add_evaluation("a1", status="correct", device="cuda", device_name="H100", speedup=3.0)
+        a, _ = db.leaderboard(device_name="H100")
+        assert (a.best_sha256, a.best_speedup, a.status_counts["correct"]) == ("a1", 3.0, 4)
 
 
 def test_downgrade_to_nothing_and_back(url: str) -> None:
