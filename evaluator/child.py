@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator import confine, extensions, guard, hardware, leaks, loading, timing, trials
+from evaluator import confine, extensions, guard, hardware, leaks, loading, precompiled, timing, trials
 
 
 class Channel:
@@ -136,11 +136,17 @@ def _serve(chan: Channel, req: dict, confined: bool) -> None:
     problem = loading.load_problem(Path(req["problem_path"]), req["overrides"])
     if req["role"] == "reference":
         return _run_reference(chan, req, trials.build_model(problem.Model, problem, req["init_seed"], device), problem)
+    build_dir, candidate = Path(os.environ["TORCH_EXTENSIONS_DIR"]), Path(req["candidate_path"])
+    headers = precompiled.Headers(build_dir.parent)  # the build root: shared by every candidate's build
+    headers.install()  # both roles: the candidate child must write the same build.ninja, or ninja rebuilds
     watch = extensions.KernelWatch(Path(problem.__file__))
     watch.install()
     judge = guard.Guard(guard.harness_modules())
     chan.send("stage", stage="compile")
-    module, seconds, cached = loading.load_candidate(Path(req["candidate_path"]), Path(os.environ["TORCH_EXTENSIONS_DIR"]))
+    if req["role"] == "compile":
+        headers.prepare(candidate)  # before any candidate code runs
+        print("kforge: precompiled headers:", "; ".join(headers.log) or "none wanted", flush=True)
+    module, seconds, cached = loading.load_candidate(candidate, build_dir)
     chan.send("compiled", seconds=seconds, cache_hit=cached)
     if req["role"] == "candidate":
         chan.send("kernels", **watch.report.model_dump())

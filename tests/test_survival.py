@@ -185,6 +185,11 @@ def test_sigkill_mid_compile_keeps_finished_rows_and_rerun_resumes(kforge: Kforg
     kforge.wait_for(first, lambda: list(kforge.build_root.glob("*/*/lock")), timeout=300)  # the compiler is running
     first.send_signal(signal.SIGKILL)
     first.wait()
+    deadline = time.monotonic() + 15  # the children get SIGINT when kforge dies (parent-death signal)
+    while evaluator_children(kforge.tmpdir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert evaluator_children(kforge.tmpdir) == [], "a child outlived kforge"
+    assert list(kforge.build_root.glob("*/*/lock")) == [], "torch's build lock was left behind"
     stored = kforge.evaluations()
     assert sorted(Path(r.solution_path).name for r in stored) == [f"static_{i:04d}.py" for i in range(6)]
     assert_complete(stored, kforge.url.removeprefix("sqlite:///"))
@@ -203,7 +208,7 @@ def test_ctrl_c_stops_children_and_cleans_up(kforge: Kforge, tmp_path: Path, pha
     source, landmark = PHASES[phase]
     cands = write_candidates(tmp_path / "cands", 3, {"candidate": source})
     proc = kforge.start("evaluate", cands, "--problem", "relu")
-    kforge.wait_for(proc, lambda: list(tmp_path.glob(landmark)))
+    kforge.wait_for(proc, lambda: list(tmp_path.glob(landmark)), timeout=400)  # a first compile may build the PCH first
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends to its foreground job
     proc.wait(timeout=20)
     assert proc.returncode != 0

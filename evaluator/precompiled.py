@@ -1,0 +1,380 @@
+"""A kforge-owned precompiled torch/extension.h, so a small C++ candidate does not parse all of torch again.
+
+GCC looks for `X.gch` in each include directory just before it looks for `X` there, and uses it when it was
+built with compatible options (else it silently reads the header). So for each toolchain and set of compile
+flags we keep a directory `<build root>/pch/<key>/` holding `torch/extension.h.gch` and, next to it,
+`torch/extension.h` (a link to torch's own header, which gcc falls back to when the .gch is missing or does
+not fit), and add `-I<that directory>` to the candidate's extra_cflags: `-I` directories are searched before
+torch's `-isystem` ones, and extra_cflags reach only the host C++ compile (never nvcc's .cu compile).
+
+- The key covers torch (version, headers), the compiler (its --version and its cc1plus binary) and the
+  exact flags torch puts on the main.cpp compile (read from the build.ninja torch writes), except
+  `-DTORCH_EXTENSION_NAME=...`, which torch's headers never read. Every flag set gets its own .gch, built
+  with exactly those flags, so the precompiled state is what the header would have produced.
+- The compile child builds the .gch before it imports the candidate (`Headers.prepare`), for the flag sets
+  it reads statically from the candidate's load_inline calls; the build writes a temporary file and
+  os.replace()s it in, under a non-blocking flock, so parallel compile children never see half a .gch,
+  never build it twice and never delete one (a child that finds the lock taken compiles without).
+- `Headers.install` wraps load_inline/load in the compile and candidate children alike, so both write the
+  same build.ninja: a changed command line would make ninja rebuild in the candidate child.
+- What makes a candidate's compile differ from a plain one is only the extra `-I`: that directory's
+  torch/extension.h is torch's header, and the .gch is used only if gcc accepts it.
+
+Costs: a .gch is ~0.8 GB and takes about as long to build as one plain compile; at most MAX_VARIANTS flag
+sets get one per build root. GCC does not store template instantiation or code generation in a .gch: with
+torch 2.13 and gcc 12 a TU that includes torch/extension.h still spends ~25 s of CPU in them at -O3.
+"""
+
+from __future__ import annotations
+
+import ast
+import errno
+import fcntl
+import hashlib
+import inspect
+import json
+import os
+import re
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import lru_cache, wraps
+from pathlib import Path
+
+import torch
+import torch.utils.cpp_extension as cpp_extension
+
+HEADER = "torch/extension.h"
+MAX_VARIANTS = 6  # .gch files kept per build root (~0.8 GB each)
+MAX_BUILDS_PER_CHILD = 2
+BUILD_TIMEOUT_S = 150.0  # ~70 s of CPU on the 2-core box; the compile child's own timeout (900 s) covers it too
+MAX_ATTEMPTS = 2  # builds that were killed or timed out, per variant, before kforge stops trying
+MIN_FREE_BYTES = 4 << 30  # leave room for the .gch (and the builds) on the build root's disk
+MIN_FILE_SIZE_LIMIT = 2 << 30  # RLIMIT_FSIZE below this (a test's disk-filling limit) would kill the build
+_PROBE_NAME = "kforge_pch_probe"
+# Flags that change where headers come from (a candidate may write those directories at import) or what
+# gcc does with them: such a candidate compiles as before, without the precompiled header.
+_UNSAFE_PREFIXES = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-iprefix", "-iwithprefix",
+                    "-isysroot", "--sysroot", "-nostdinc", "-B", "-specs", "--specs", "-fplugin", "-x", "-o", "-M",
+                    "-E", "-S", "-save-temps", "@")
+_INCLUDE_ENV = ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "DEPENDENCIES_OUTPUT",
+                "SUNPRO_DEPENDENCIES")
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+=,:-]+$")  # torch pastes extra_cflags into build.ninja unquoted
+_PLAIN_WORD = re.compile(r"^[A-Za-z0-9_=+,.:/%-]+$")  # no shell or ninja syntax: the .gch build runs them verbatim
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One precompiled header: the compiler, the exact flags, and the directory that holds it."""
+
+    cxx: tuple[str, ...]
+    flags: tuple[str, ...]
+    key: str
+    directory: Path
+
+    @property
+    def header(self) -> Path:
+        return self.directory / HEADER
+
+    @property
+    def gch(self) -> Path:
+        return self.directory / (HEADER + ".gch")
+
+    @property
+    def include_flag(self) -> str:
+        return f"-I{self.directory}"
+
+
+# -- what torch would run -------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _ninja_compile(extra_cflags: tuple[str, ...], with_cuda: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(compiler, flags) of torch's main.cpp compile, read from the build.ninja torch itself writes."""
+    with tempfile.TemporaryDirectory(prefix="kforge-pch-") as tmp:
+        path = os.path.join(tmp, "build.ninja")
+        cpp_extension._write_ninja_file_to_build_library(
+            path=path, name=_PROBE_NAME, sources=[os.path.join(tmp, "main.cpp")], extra_cflags=list(extra_cflags),
+            extra_cuda_cflags=[], extra_sycl_cflags=[], extra_ldflags=[], extra_include_paths=[], with_cuda=with_cuda,
+            with_sycl=False, is_standalone=False)
+        lines = dict(line.split(" = ", 1) for line in Path(path).read_text().splitlines() if " = " in line)
+    flags = tuple(f for f in shlex.split(lines["cflags"]) if not f.startswith("-DTORCH_EXTENSION_NAME="))
+    return tuple(shlex.split(lines["cxx"])), flags
+
+
+@lru_cache(maxsize=None)
+def _toolchain(cxx: tuple[str, ...]) -> dict | None:
+    """What identifies the compiler (None unless it is GCC: other compilers' precompiled headers differ)."""
+    if not sys.platform.startswith("linux") or not cpp_extension.check_compiler_is_gcc(cxx[0]):
+        return None
+    env = {**os.environ, "LC_ALL": "C"}
+    version = subprocess.run([*cxx, "--version"], capture_output=True, text=True, env=env, timeout=60).stdout
+    cc1plus = subprocess.run([*cxx, "-print-prog-name=cc1plus"], capture_output=True, text=True, env=env, timeout=60).stdout.strip()
+    stat = os.stat(cc1plus) if os.path.isabs(cc1plus) else None
+    return {"cxx": list(cxx), "version": version.splitlines()[:1], "cc1plus": [cc1plus, stat and stat.st_size, stat and stat.st_mtime_ns]}
+
+
+def _torch_header() -> Path:
+    return Path(cpp_extension.include_paths("cpu")[0]) / HEADER
+
+
+def _safe_words(extra_cflags) -> tuple[str, ...] | None:
+    """The candidate's extra_cflags as torch will use them, or None when a precompiled header must not be used."""
+    if extra_cflags is None:
+        return ()
+    if not isinstance(extra_cflags, (list, tuple)) or not all(isinstance(f, str) for f in extra_cflags):
+        return None
+    try:
+        words = shlex.split(" ".join(f.strip() for f in extra_cflags))
+    except ValueError:
+        return None
+    if any(w.startswith(_UNSAFE_PREFIXES) or not _PLAIN_WORD.match(w) for w in words):
+        return None
+    return tuple(f.strip() for f in extra_cflags)
+
+
+def variant(root: Path, extra_cflags, with_cuda: bool) -> Variant | None:
+    """The precompiled header for a build with these extra_cflags, or None when none may be used."""
+    flags = _safe_words(extra_cflags)
+    if flags is None or any(os.environ.get(name) for name in _INCLUDE_ENV):
+        return None
+    cxx, cflags = _ninja_compile(flags, bool(with_cuda))
+    toolchain = _toolchain(cxx)
+    if toolchain is None:
+        return None
+    header = _torch_header()
+    stat = header.stat()
+    material = {"torch": torch.__version__, "git": torch.version.git_version, "header": [str(header), stat.st_size, stat.st_mtime_ns],
+                "toolchain": toolchain, "flags": list(cflags)}
+    key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
+    directory = Path(os.path.abspath(root)) / "pch" / key
+    if not _SAFE_PATH.match(str(directory)):
+        return None
+    return Variant(cxx=cxx, flags=cflags, key=key, directory=directory)
+
+
+def _replace_atomically(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def ensure_directory(v: Variant) -> bool:
+    """The variant's include directory with its fallback header (torch's own, linked); False if impossible."""
+    try:
+        if v.header.is_file() and os.path.realpath(v.header) == os.path.realpath(_torch_header()):
+            return True
+        v.header.parent.mkdir(parents=True, exist_ok=True)
+        _replace_atomically(v.header, lambda tmp: os.symlink(_torch_header(), tmp))
+        flags_file = v.directory / "flags.json"
+        if not flags_file.exists():
+            _replace_atomically(flags_file, lambda tmp: tmp.write_text(json.dumps({"cxx": v.cxx, "flags": v.flags}, indent=1)))
+        return True
+    except OSError:
+        return False
+
+
+# -- building a .gch --------------------------------------------------------------------------------------------
+
+def _room_to_build(root: Path) -> str:
+    """Why a .gch should not be built now ('' if it may)."""
+    if len(list((root / "pch").glob("*/" + HEADER + ".gch"))) >= MAX_VARIANTS:
+        return f"{MAX_VARIANTS} precompiled headers already kept"
+    if shutil.disk_usage(root).free < MIN_FREE_BYTES:
+        return "not enough free disk space"
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY and soft < MIN_FILE_SIZE_LIMIT:
+        return "the file size limit is too small"
+    return ""
+
+
+def build(v: Variant, timeout_s: float = BUILD_TIMEOUT_S) -> str:
+    """Build the variant's .gch unless it exists, failed before, or another process is building it.
+    Returns what happened, for the log."""
+    if v.gch.exists():
+        return "present"
+    if (v.directory / "failed").exists():
+        return "failed before"
+    if _attempts(v) >= MAX_ATTEMPTS:
+        return f"gave up after {MAX_ATTEMPTS} interrupted builds"
+    if not ensure_directory(v):
+        return "no directory"
+    why = _room_to_build(v.directory.parent.parent)
+    if why:
+        return f"not built: {why}"
+    with open(v.directory / "build.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return "being built by another process"
+            raise
+        if v.gch.exists():
+            return "present"
+        for stale in v.gch.parent.glob(f".{v.gch.name}.*.tmp"):  # left by a builder that was killed
+            stale.unlink(missing_ok=True)
+        return _compile(v, timeout_s)
+
+
+def _attempts(v: Variant) -> int:
+    try:
+        return int((v.directory / "attempts").read_text() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _count_attempt(v: Variant) -> None:
+    n = _attempts(v) + 1
+    _replace_atomically(v.directory / "attempts", lambda tmp: tmp.write_text(str(n)))
+
+
+def _compile(v: Variant, timeout_s: float) -> str:
+    tmp = v.gch.with_name(f".{v.gch.name}.{os.getpid()}.tmp")
+    # -Wno-error: the header as main file draws "#pragma once in main file"; warnings do not change the .gch.
+    cmd = [*v.cxx, *v.flags, "-Wno-error", "-x", "c++-header", str(v.header), "-o", str(tmp)]
+    start = time.perf_counter()
+    try:
+        with open(v.directory / "build.log", "wb") as log:
+            log.write((shlex.join(cmd) + "\n").encode())
+            log.flush()
+            proc = subprocess.Popen(cmd, cwd=v.directory, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    process_group=0)  # its own group: a timeout kills cc1plus too, not just the driver
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+                _count_attempt(v)
+                return f"build timed out after {timeout_s:.0f} s"
+        if code == 0 and tmp.exists():
+            os.replace(tmp, v.gch)
+            return f"built in {time.perf_counter() - start:.1f} s"
+        text = (v.directory / "build.log").read_text(errors="replace")
+        if code > 0 and "internal compiler error" not in text and "terminated program" not in text:
+            shutil.copyfile(v.directory / "build.log", v.directory / "failed")  # these flags: do not retry each time
+        else:
+            _count_attempt(v)
+        return f"build failed (exit {code})"
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# -- which flag sets a candidate will use, read without running it -----------------------------------------------
+
+def _literal(node: ast.AST | None, assigned: dict[str, ast.AST]):
+    if isinstance(node, ast.Name) and node.id in assigned:
+        node = assigned[node.id]
+    return ast.literal_eval(node) if node is not None else None
+
+
+def _cuda_sources_given(node: ast.AST | None, assigned: dict[str, ast.AST]) -> bool:
+    try:
+        return bool(_literal(node, assigned))
+    except (ValueError, TypeError, SyntaxError):
+        return True  # not a literal: some expression, most likely a non-empty source
+
+
+def predicted_builds(source: str) -> list[tuple[tuple[str, ...], bool]]:
+    """(extra_cflags, with_cuda) of each load_inline call whose arguments are literals (or names assigned a
+    literal at module level), in the candidate's source. Others are simply not predicted."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    names, assigned = {"load_inline"}, {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "torch.utils.cpp_extension":
+            names |= {a.asname or a.name for a in node.names if a.name == "load_inline"}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            assigned[node.targets[0].id] = node.value
+    signature = inspect.signature(cpp_extension.load_inline)  # through kforge's wrappers (functools.wraps)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if not ((isinstance(func, ast.Name) and func.id in names) or (isinstance(func, ast.Attribute) and func.attr == "load_inline")):
+            continue
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            continue
+        try:
+            args = signature.bind(*node.args, **{k.arg: k.value for k in node.keywords}).arguments
+            if _literal(args.get("extra_include_paths"), assigned) or _literal(args.get("sycl_sources"), assigned):
+                continue
+            flags = _safe_words(_literal(args.get("extra_cflags"), assigned))
+            with_cuda = _literal(args.get("with_cuda"), assigned)
+            if with_cuda is None:
+                with_cuda = _cuda_sources_given(args.get("cuda_sources"), assigned)
+        except (TypeError, ValueError, SyntaxError):
+            continue
+        if flags is not None and (flags, bool(with_cuda)) not in found:
+            found.append((flags, bool(with_cuda)))
+    return found
+
+
+# -- the child's side -----------------------------------------------------------------------------------------
+
+class Headers:
+    """The precompiled headers under one build root, as one evaluator child uses them."""
+
+    def __init__(self, build_root: Path):
+        self.root = Path(build_root)
+        self.log: list[str] = []
+
+    def prepare(self, candidate: Path) -> None:
+        """Compile child, before the candidate is imported: build the .gch its load_inline calls will want."""
+        try:
+            predicted = predicted_builds(candidate.read_text(errors="replace"))
+        except OSError:
+            return
+        for flags, with_cuda in predicted[:MAX_BUILDS_PER_CHILD]:
+            try:
+                v = variant(self.root, flags, with_cuda)
+                self.log.append(f"{list(flags)}: {build(v) if v else 'not eligible'}")
+            except Exception as exc:  # noqa: BLE001 - a precompiled header is an optimisation, never a failure
+                self.log.append(f"{list(flags)}: {type(exc).__name__}")
+
+    def install(self) -> None:
+        """Wrap load_inline and load: an eligible build gets `-I<variant directory>` appended to extra_cflags."""
+        for name in ("load_inline", "load"):
+            loader = getattr(cpp_extension, name)
+            setattr(cpp_extension, name, self._injecting(loader, inline=name == "load_inline"))
+
+    def include_flag(self, arguments: dict, inline: bool) -> str | None:
+        """The flag to add for a call with these (bound) arguments, or None."""
+        if arguments.get("extra_include_paths") or arguments.get("sycl_sources") or arguments.get("with_sycl") \
+                or arguments.get("is_standalone"):
+            return None
+        with_cuda = arguments.get("with_cuda")
+        if with_cuda is None:  # as torch decides it
+            sources = arguments.get("sources") or []
+            with_cuda = bool(arguments.get("cuda_sources")) if inline else \
+                any(map(cpp_extension._is_cuda_file, [sources] if isinstance(sources, str) else sources))
+        v = variant(self.root, arguments.get("extra_cflags"), bool(with_cuda))
+        return v.include_flag if v and ensure_directory(v) else None
+
+    def _injecting(self, loader, inline: bool):
+        signature = inspect.signature(loader)
+
+        @wraps(loader)
+        def load(*args, **kwargs):
+            try:
+                bound = signature.bind(*args, **kwargs)
+                flag = self.include_flag(bound.arguments, inline)
+            except Exception:  # noqa: BLE001 - let torch report a bad call exactly as it would have
+                flag = None
+            if flag is None:
+                return loader(*args, **kwargs)
+            bound.arguments["extra_cflags"] = [*(bound.arguments.get("extra_cflags") or []), flag]
+            return loader(*bound.args, **bound.kwargs)
+        return load

@@ -1,0 +1,177 @@
+"""kforge's precompiled torch/extension.h (evaluator/precompiled.py): which builds get it, that a real compile
+through the evaluator uses it, and that a .gch built with other flags is ignored without breaking the build."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch.utils.cpp_extension as cpp_extension
+
+from conftest import SOLUTIONS
+from evaluator import CandidateJob, EvalSettings, Status, evaluate, precompiled
+from evaluator.runner import build_key
+from reference_problems import resolve_problem
+
+FUSED = SOLUTIONS / "scale_bias_hardswish" / "cpu_fused_o3.py"
+
+RELU_O0 = '''import torch
+from torch.utils.cpp_extension import load_inline
+
+_ext = load_inline(
+    name="kforge_pch_relu_o0",
+    cpp_sources="""
+torch::Tensor relu(torch::Tensor x) {
+    x = x.contiguous();
+    auto y = torch::empty_like(x);
+    const float* in = x.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
+    return y;
+}
+""",
+    functions=["relu"],
+    extra_cflags=["-O0"],
+)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return _ext.relu(x)
+'''
+
+
+# -- without a compiler run -------------------------------------------------------------------------------------
+
+def test_flag_sets_are_read_from_literal_load_inline_calls():
+    assert precompiled.predicted_builds(FUSED.read_text()) == [(("-O3", "-fopenmp"), False)]
+    aliased = ("from torch.utils.cpp_extension import load_inline as li\nFLAGS = ['-O2']\n"
+               "m = li('a', cpp_sources='', cuda_sources='__global__ void k(){}', extra_cflags=FLAGS)\n")
+    assert precompiled.predicted_builds(aliased) == [(("-O2",), True)]
+    computed = "from torch.utils.cpp_extension import load_inline\nm = load_inline('a', '', extra_cflags=flags())\n"
+    assert precompiled.predicted_builds(computed) == []
+    with_includes = "import torch.utils.cpp_extension as c\nm = c.load_inline('a', '', extra_include_paths=['inc'])\n"
+    assert precompiled.predicted_builds(with_includes) == []
+
+
+def test_each_flag_set_has_its_own_key_and_unsafe_flags_get_none(tmp_path):
+    o3 = precompiled.variant(tmp_path, ["-O3"], False)
+    assert o3 == precompiled.variant(tmp_path, ("-O3",), False)
+    assert precompiled.variant(tmp_path, [""], False).key == precompiled.variant(tmp_path, None, False).key
+    assert len({o3.key, precompiled.variant(tmp_path, ["-O2"], False).key, precompiled.variant(tmp_path, None, False).key}) == 3
+    assert "-O3" in o3.flags and "-fPIC" in o3.flags and not any("TORCH_EXTENSION_NAME" in f for f in o3.flags)
+    assert o3.directory.parent == tmp_path / "pch"
+    for unsafe in (["-I/somewhere"], ["-include", "x.h"], ["-O3; touch x"], "-O3", ["-fplugin=x.so"]):
+        assert precompiled.variant(tmp_path, unsafe, False) is None, unsafe
+
+
+def test_the_wrapper_adds_the_include_directory_only_to_eligible_builds(tmp_path, monkeypatch):
+    calls = []
+    for name in ("load_inline", "load"):
+        real = getattr(cpp_extension, name)
+        record = functools.partial(lambda real, *a, **k: calls.append(inspect.signature(real).bind(*a, **k).arguments), real)
+        monkeypatch.setattr(cpp_extension, name, functools.wraps(real)(record))
+    precompiled.Headers(tmp_path).install()
+    v = precompiled.variant(tmp_path, ["-O3"], False)
+
+    cpp_extension.load_inline("m", "int f();", extra_cflags=["-O3"])
+    cpp_extension.load_inline("m", "int f();", None, None, None, ["-O3"])  # extra_cflags given by position
+    cpp_extension.load("m", ["a.cpp"], extra_cflags=["-O3"])
+    assert [args["extra_cflags"] for args in calls] == [["-O3", f"-I{v.directory}"]] * 3
+    assert v.header.resolve() == (Path(cpp_extension.include_paths()[0]) / "torch/extension.h").resolve()
+    assert not v.gch.exists()  # the wrapper never builds: only the compile child does, before the import
+
+    calls.clear()
+    cpp_extension.load_inline("m", "int f();", extra_cflags=["-O3"], extra_include_paths=["inc"])
+    cpp_extension.load_inline("m", "int f();", extra_cflags=["-I/elsewhere"])
+    cpp_extension.load_inline("m", "int f();", extra_cflags="-O3")  # not a list: torch's problem, untouched
+    assert [args["extra_cflags"] for args in calls] == [["-O3"], ["-I/elsewhere"], "-O3"]
+
+
+# -- real compiles through the evaluator ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("pch_builds")
+
+
+def _settings(root: Path) -> EvalSettings:
+    return EvalSettings(device="cpu", size="small", trials=3, warmup_ms=5, rep_ms=20, leak_calls=2, jobs=1, build_root=root)
+
+
+def _build_dir(root: Path, candidate: Path, name: str) -> Path:
+    return root / build_key(candidate.read_text(), "cpu") / name
+
+
+def _cflags(build_dir: Path) -> list[str]:
+    (line,) = [ln for ln in (build_dir / "build.ninja").read_text().splitlines() if ln.startswith("cflags = ")]
+    return shlex.split(line.removeprefix("cflags = "))
+
+
+def _gcc_verdict_on_pch(build_dir: Path, v: precompiled.Variant) -> str:
+    """What gcc -H says of the .gch when given the build's exact compile flags: '!' used, 'x' rejected."""
+    cmd = [*v.cxx, *_cflags(build_dir), "-H", "-E", "-fpch-preprocess", str(build_dir / "main.cpp"), "-o", os.devnull]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stderr
+    marks = re.findall(rf"^([!x]) {re.escape(str(v.gch))}$", out, re.MULTILINE)
+    return marks[0] if marks else ""
+
+
+def _dependencies(build_dir: Path) -> str:
+    """The headers the real compile of main.o read, as ninja recorded them from gcc's depfile."""
+    return subprocess.run(["ninja", "-C", str(build_dir), "-t", "deps", "main.o"], capture_output=True, text=True).stdout
+
+
+def _main_o_builds(build_dir: Path) -> int:
+    return sum(line.split("\t")[3] == "main.o" for line in (build_dir / ".ninja_log").read_text().splitlines()[1:])
+
+
+@pytest.mark.slow
+def test_real_compile_uses_the_precompiled_header_built_with_its_exact_flags(root):
+    (verdict,) = evaluate([CandidateJob(path=FUSED, problem=resolve_problem("scale_bias_hardswish"))], _settings(root))
+    assert verdict.status is Status.CORRECT, verdict.evidence
+
+    v = precompiled.variant(root, ["-O3", "-fopenmp"], False)
+    build_dir = _build_dir(root, FUSED, "kforge_cpu_fused_o3_scale_bias_hardswish")
+    assert v.gch.is_file() and v.gch.stat().st_size > 10**8
+    cflags = _cflags(build_dir)
+    assert cflags[-1] == v.include_flag
+    # the .gch was built with the very flags of the candidate's compile, less the extension's name
+    built_with = shlex.split((v.directory / "build.log").read_text().splitlines()[0])
+    assert built_with[:len(v.cxx)] == list(v.cxx)
+    assert built_with[len(v.cxx):built_with.index("-Wno-error")] == [f for f in cflags[:-1] if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+    # gcc accepts it for this compile, and the real compile read it rather than the header behind it
+    assert _gcc_verdict_on_pch(build_dir, v) == "!"
+    deps = _dependencies(build_dir)
+    assert "main.cpp" in deps and str(v.header) not in deps
+    assert _main_o_builds(build_dir) == 1  # the candidate child wrote the same build.ninja: no rebuild there
+
+
+@pytest.mark.slow
+def test_a_precompiled_header_with_other_flags_is_ignored_and_the_build_is_still_right(root, tmp_path):
+    built = precompiled.variant(root, ["-O3", "-fopenmp"], False)
+    if not built.gch.is_file():
+        pytest.skip("needs the .gch of the previous test")
+    candidate = tmp_path / "relu_o0.py"
+    candidate.write_text(RELU_O0)
+    v = precompiled.variant(root, ["-O0"], False)
+    assert precompiled.ensure_directory(v)
+    try:
+        os.link(built.gch, v.gch)  # a real .gch, but built with -O3 -fopenmp: gcc must reject it for -O0
+    except OSError:
+        shutil.copyfile(built.gch, v.gch)
+
+    (verdict,) = evaluate([CandidateJob(path=candidate, problem=resolve_problem("relu"))], _settings(root))
+    assert verdict.status is Status.CORRECT, verdict.evidence
+
+    build_dir = _build_dir(root, candidate, "kforge_pch_relu_o0")
+    assert _cflags(build_dir)[-1] == v.include_flag
+    assert _gcc_verdict_on_pch(build_dir, v) == "x"
+    assert str(v.header) in _dependencies(build_dir)  # gcc fell back to torch's header through the link
+    assert v.gch.samefile(built.gch) or v.gch.stat().st_size == built.gch.stat().st_size  # nobody replaced it
