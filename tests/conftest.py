@@ -45,6 +45,34 @@ def url(request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[str]:
         yield from scratch_postgres()
 
 
+COMPILED_RELU = '''"""A real C++ ReLU: its compile (tens of seconds here) is what the crash test interrupts."""
+import torch
+from torch.utils.cpp_extension import load_inline
+
+_ext = load_inline(
+    name="kforge_survival_relu",
+    cpp_sources="""
+#include <torch/extension.h>
+torch::Tensor relu(torch::Tensor x) {
+    x = x.contiguous();
+    auto y = torch::empty_like(x);
+    const float* in = x.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
+    return y;
+}
+""",
+    functions=["relu"],
+    extra_cflags=["-O3"],
+)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return _ext.relu(x)
+'''
+
+
 # -- evaluator fixtures: one build cache per session, so a candidate file is compiled once whoever evaluates it --
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,3 +90,22 @@ def cpu_settings(build_root):
     from evaluator import EvalSettings
 
     return EvalSettings(device="cpu", size="small", trials=3, warmup_ms=50, rep_ms=300, jobs=2, build_root=build_root)
+
+
+def kforge_runner(tmp_path: Path, build_root: Path, **env_extra: str):
+    """`python -m kforge ...` as a user runs it: its own HOME and db, the session's build cache, no inherited
+    KFORGE_* settings. Calls assert the exit code (`expect`) and return the CompletedProcess."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KFORGE_")}
+    env.update(HOME=str(tmp_path / "home"), KFORGE_BUILD_ROOT=str(build_root), KFORGE_DB=f"sqlite:///{tmp_path / 'k.db'}",
+               COLUMNS="200", **env_extra)
+
+    def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, "-m", "kforge", *args], capture_output=True, text=True, env=env, timeout=900)
+        assert proc.returncode == expect, proc.stdout + proc.stderr
+        return proc
+
+    run.db_url = env["KFORGE_DB"]
+    return run

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import SOLUTIONS
+from conftest import SOLUTIONS, kforge_runner
 from db import Database
 
 TRUNCATED = SOLUTIONS / "matmul_maxpool_sum_scale/seed_003_0cc791c157c69bb6.py"
@@ -20,17 +17,7 @@ TRUNCATED = SOLUTIONS / "matmul_maxpool_sum_scale/seed_003_0cc791c157c69bb6.py"
 @pytest.fixture
 def kforge(tmp_path, build_root):
     """Run `python -m kforge ...` with its own HOME, db and the session's build cache."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KFORGE_")}
-    env.update(HOME=str(tmp_path / "home"), KFORGE_BUILD_ROOT=str(build_root), KFORGE_DB=f"sqlite:///{tmp_path / 'k.db'}",
-               COLUMNS="200")
-
-    def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, "-m", "kforge", *args], capture_output=True, text=True, env=env, timeout=900)
-        assert proc.returncode == expect, proc.stdout + proc.stderr
-        return proc
-
-    run.db_url = env["KFORGE_DB"]
-    return run
+    return kforge_runner(tmp_path, build_root)
 
 
 def _rows(url: str) -> int:

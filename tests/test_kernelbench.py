@@ -4,13 +4,11 @@ CLI; the layout mapping and KernelBench's fast_p (over ALL evaluated samples) on
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import kforge_runner
 from db import Database
 from kforge import kernelbench
 from reference_problems import ProblemError
@@ -105,17 +103,7 @@ def checkout(root: Path) -> Path:
 @pytest.fixture
 def kforge(tmp_path, build_root):
     """`python -m kforge ...` with its own HOME, db, problem dir and the session's build cache."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KFORGE_")}
-    env.update(HOME=str(tmp_path / "home"), KFORGE_BUILD_ROOT=str(build_root), KFORGE_DB=f"sqlite:///{tmp_path / 'k.db'}",
-               KFORGE_PROBLEMS_DIR=str(tmp_path / "problems"), COLUMNS="200")
-
-    def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, "-m", "kforge", *args], capture_output=True, text=True, env=env, timeout=900)
-        assert proc.returncode == expect, proc.stdout + proc.stderr
-        return proc
-
-    run.db_url = env["KFORGE_DB"]
-    return run
+    return kforge_runner(tmp_path, build_root, KFORGE_PROBLEMS_DIR=str(tmp_path / "problems"))
 
 
 # -- the layout ---------------------------------------------------------------------------------------------------

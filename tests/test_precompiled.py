@@ -15,37 +15,14 @@ from pathlib import Path
 import pytest
 import torch.utils.cpp_extension as cpp_extension
 
-from conftest import SOLUTIONS
+from conftest import COMPILED_RELU, SOLUTIONS
 from evaluator import CandidateJob, EvalSettings, Status, evaluate, precompiled
 from evaluator.runner import build_key
 from reference_problems import resolve_problem
 
 FUSED = SOLUTIONS / "scale_bias_hardswish" / "cpu_fused_o3.py"
 
-RELU_O0 = '''import torch
-from torch.utils.cpp_extension import load_inline
-
-_ext = load_inline(
-    name="kforge_pch_relu_o0",
-    cpp_sources="""
-torch::Tensor relu(torch::Tensor x) {
-    x = x.contiguous();
-    auto y = torch::empty_like(x);
-    const float* in = x.data_ptr<float>();
-    float* out = y.data_ptr<float>();
-    for (int64_t i = 0; i < x.numel(); ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
-    return y;
-}
-""",
-    functions=["relu"],
-    extra_cflags=["-O0"],
-)
-
-
-class ModelNew(torch.nn.Module):
-    def forward(self, x):
-        return _ext.relu(x)
-'''
+RELU_O0 = COMPILED_RELU.replace("kforge_survival_relu", "kforge_pch_relu_o0").replace('"-O3"', '"-O0"')
 
 
 # -- without a compiler run -------------------------------------------------------------------------------------

@@ -17,36 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import COMPILED_RELU
 from db import Database, EvaluationRow
 
 REPO = Path(__file__).resolve().parents[1]
 
-COMPILED_RELU = '''"""A real C++ ReLU: its compile (tens of seconds here) is what the crash test interrupts."""
-import torch
-from torch.utils.cpp_extension import load_inline
-
-_ext = load_inline(
-    name="kforge_survival_relu",
-    cpp_sources="""
-#include <torch/extension.h>
-torch::Tensor relu(torch::Tensor x) {
-    x = x.contiguous();
-    auto y = torch::empty_like(x);
-    const float* in = x.data_ptr<float>();
-    float* out = y.data_ptr<float>();
-    for (int64_t i = 0; i < x.numel(); ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
-    return y;
-}
-""",
-    functions=["relu"],
-    extra_cflags=["-O3"],
-)
-
-
-class ModelNew(torch.nn.Module):
-    def forward(self, x):
-        return _ext.relu(x)
-'''
 
 
 # Hangs in forward (in the candidate child), after leaving a mark in its TMPDIR, which is its work dir.
@@ -105,6 +80,12 @@ def kill_group(pid: int) -> None:
         pass
 
 
+def _as_terminal_job() -> None:
+    """A shell's foreground job takes SIGINT; a test run started in the background (`cmd &`) would pass it on
+    ignored, and Python keeps an ignored SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Kforge:
     """Runs the CLI as a user would, each process in its own session (as a shell job), with a private TMPDIR
     and build cache; stop() kills whatever a test left running."""
@@ -120,8 +101,8 @@ class Kforge:
 
     def start(self, *args: object, db: str | None = None) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "kforge", *map(str, args), "--device", "cpu", "--json", "--db", db or self.url]
-        proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, preexec_fn=_as_terminal_job)  # fmt: skip
         self.procs.append(proc)
         return proc
 
