@@ -28,25 +28,28 @@ def _jobs(directory: Path) -> list[CandidateJob]:
     return [CandidateJob(path=p, problem=known[p.parent.name]) for p in sorted(directory.rglob("*.py")) if p.parent.name in known]
 
 
+def _naive_one(job: CandidateJob, settings: EvalSettings) -> dict:
+    t0 = time.perf_counter()
+    module = import_file(job.path, f"naive_{job.path.stem}")
+    compile_s = time.perf_counter() - t0
+    problem = load_problem(job.problem.path, job.problem.meta.small if settings.size == "small" else {})
+    inputs = make_inputs(problem, 0, settings.device)
+    with torch.no_grad():
+        ref, cand = (build_model(cls, problem, 0, settings.device) for cls in (problem.Model, module.ModelNew))
+        for model in (ref, cand):
+            bench(lambda: model(*inputs), settings.device, settings.warmup_ms, settings.rep_ms, settings.min_reps, settings.max_reps)
+    return {"compile_s": compile_s}
+
+
 def naive(jobs: list[CandidateJob], settings: EvalSettings) -> dict:
     """One process, one candidate after another: compile, run both models, time both. What kforge replaces."""
     start, per = time.perf_counter(), {}
     for job in jobs:
         os.environ["TORCH_EXTENSIONS_DIR"] = tempfile.mkdtemp(prefix="naive-")
-        t0 = time.perf_counter()
         try:
-            module = import_file(job.path, f"naive_{job.path.stem}")
+            per[job.path.name] = _naive_one(job, settings)
         except Exception as exc:  # noqa: BLE001 - the naive way has no sandbox: a failure just ends this candidate
             per[job.path.name] = {"error": type(exc).__name__}
-            continue
-        compile_s = time.perf_counter() - t0
-        problem = load_problem(job.problem.path, job.problem.meta.small if settings.size == "small" else {})
-        inputs = make_inputs(problem, 0, settings.device)
-        with torch.no_grad():
-            ref, cand = (build_model(cls, problem, 0, settings.device) for cls in (problem.Model, module.ModelNew))
-            for model in (ref, cand):
-                bench(lambda: model(*inputs), settings.device, settings.warmup_ms, settings.rep_ms, settings.min_reps, settings.max_reps)
-        per[job.path.name] = {"compile_s": compile_s}
     return {"wall_s": time.perf_counter() - start, "candidates": per}
 
 
