@@ -55,7 +55,11 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, address: str | No
     """Like evaluator.evaluate, on the cluster at `address` (None: start a local one). A task holds one GPU
     (Ray pins it with CUDA_VISIBLE_DEVICES) or, on CPU, the cores its timed run uses plus one for compiles."""
     ray = _ray()
-    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
+    try:
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
+    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError...: all mean "no cluster"
+        raise EvaluatorError(f"cannot start or reach a Ray cluster at {address or 'a new local one'}: "
+                             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
     resources = {"num_gpus": 1, "num_cpus": 1} if settings.device == "cuda" else {"num_cpus": settings.cpu_threads + 1}
     task = ray.remote(evaluate_shipped).options(max_retries=0, **resources)
     remote = settings.model_copy(update={"gpus": None, "jobs": 1})
