@@ -1,8 +1,9 @@
 """How fast is batch evaluation? Serial in-process (the naive way) vs kforge cold vs kforge warm, side by side.
 
-Usage: python benchmarks/eval_speed.py DIR [--device cpu|cuda] [--size small|full] [--jobs N] [--skip-naive]
+Usage: python benchmarks/eval_speed.py DIR [--device cpu|cuda] [--size small|full] [--jobs N] [--modes cold,warm,naive]
 DIR is a solutions-style tree (DIR/<problem>/<name>.py). Prints one JSON object: wall time per mode, and per
-candidate the compile seconds, cache hits and device time (the median of the candidate's timed calls).
+candidate the compile seconds, cache hits and device time (the median of the candidate's timed calls). Each
+candidate's result also goes to stderr as it finishes, so a run cut short by a time limit still tells its part.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,7 +43,12 @@ def _naive_one(job: CandidateJob, settings: EvalSettings) -> dict:
     return {"compile_s": compile_s}
 
 
-def naive(jobs: list[CandidateJob], settings: EvalSettings) -> dict:
+def _progress(mode: str, name: str, result: dict, start: float) -> None:
+    print(json.dumps({"mode": mode, "candidate": name, "at_s": round(time.perf_counter() - start, 1), **result}),
+          file=sys.stderr, flush=True)
+
+
+def naive(jobs: list[CandidateJob], settings: EvalSettings, label: str = "naive") -> dict:
     """One process, one candidate after another: compile, run both models, time both. What kforge replaces."""
     start, per = time.perf_counter(), {}
     for job in jobs:
@@ -50,15 +57,17 @@ def naive(jobs: list[CandidateJob], settings: EvalSettings) -> dict:
             per[job.path.name] = _naive_one(job, settings)
         except Exception as exc:  # noqa: BLE001 - the naive way has no sandbox: a failure just ends this candidate
             per[job.path.name] = {"error": type(exc).__name__}
+        _progress(label, job.path.name, per[job.path.name], start)
     return {"wall_s": time.perf_counter() - start, "candidates": per}
 
 
-def with_kforge(jobs: list[CandidateJob], settings: EvalSettings) -> dict:
-    start = time.perf_counter()
-    per = {Path(v.solution_path).name: {"status": v.status.value, "compile_s": v.evidence.compile_s,
-                                         "cache_hit": v.evidence.cache_hit, "wall_s": v.wall_s,
-                                         "device_ms": v.candidate.median_ms if v.candidate else None}
-           for v in evaluate(jobs, settings)}
+def with_kforge(jobs: list[CandidateJob], settings: EvalSettings, label: str) -> dict:
+    start, per = time.perf_counter(), {}
+    for v in evaluate(jobs, settings):
+        per[Path(v.solution_path).name] = {"status": v.status.value, "compile_s": v.evidence.compile_s,
+                                           "cache_hit": v.evidence.cache_hit, "wall_s": v.wall_s,
+                                           "device_ms": v.candidate.median_ms if v.candidate else None}
+        _progress(label, Path(v.solution_path).name, per[Path(v.solution_path).name], start)
     return {"wall_s": time.perf_counter() - start, "candidates": per}
 
 
@@ -68,17 +77,21 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", default="small")
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
-    parser.add_argument("--skip-naive", action="store_true")
+    parser.add_argument("--modes", default="cold,warm,naive", help="which of cold, warm, naive to run, in that order")
     args = parser.parse_args()
+    modes = args.modes.split(",")
     jobs = _jobs(args.directory)
     cache = Path(tempfile.mkdtemp(prefix="kforge-bench-builds-"))
     settings = EvalSettings(device=args.device, size=args.size, jobs=args.jobs, build_root=cache, warmup_ms=50, rep_ms=300)
-    report = {"candidates": len(jobs), "device": args.device, "size": args.size, "jobs": args.jobs,
-              "kforge_cold": with_kforge(jobs, settings), "kforge_warm": with_kforge(jobs, settings)}
-    if not args.skip_naive:
-        report["naive_serial"] = naive(jobs, settings)
-        report["naive_over_cold"] = report["naive_serial"]["wall_s"] / report["kforge_cold"]["wall_s"]
-    report["cold_over_warm"] = report["kforge_cold"]["wall_s"] / report["kforge_warm"]["wall_s"]
+    report = {"candidates": len(jobs), "device": args.device, "size": args.size, "jobs": args.jobs}
+    runs = {"cold": ("kforge_cold", with_kforge), "warm": ("kforge_warm", with_kforge), "naive": ("naive_serial", naive)}
+    for mode in modes:
+        key, run = runs[mode]
+        report[key] = run(jobs, settings, mode)
+    for ratio, (slow, fast) in {"naive_over_cold": ("naive_serial", "kforge_cold"),
+                                "cold_over_warm": ("kforge_cold", "kforge_warm")}.items():
+        if slow in report and fast in report:
+            report[ratio] = report[slow]["wall_s"] / report[fast]["wall_s"]
     print(json.dumps(report, indent=1))
 
 

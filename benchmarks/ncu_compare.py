@@ -22,12 +22,16 @@ CALLS = 3
 _UNIT_MS = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3, "second": 1e3}
 
 
+def kforge_build_dir(candidate: Path) -> Path:
+    """Where kforge's evaluation left this candidate's CUDA build (so a profiler run need not compile again)."""
+    return (Settings().build_root or DEFAULT_BUILD_ROOT) / build_key(candidate.read_text(), "cuda")
+
+
 def ncu_ms_per_call(candidate: Path) -> float:
     cmd = ["ncu", "--nvtx", "--nvtx-include", "kforge_forward/", "--metrics", "gpu__time_duration.sum", "--csv",
            "--clock-control", "none", sys.executable, str(Path(__file__).with_name("ncu_forward.py")),
            str(candidate), candidate.parent.name, str(CALLS)]
-    build_dir = (Settings().build_root or DEFAULT_BUILD_ROOT) / build_key(candidate.read_text(), "cuda")
-    env = os.environ | {"TORCH_EXTENSIONS_DIR": str(build_dir)}  # reuse kforge's build: no recompile under ncu
+    env = os.environ | {"TORCH_EXTENSIONS_DIR": str(kforge_build_dir(candidate))}  # reuse kforge's build: no recompile
     text = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
     rows = list(csv.DictReader(io.StringIO(text[text.index('"ID"'):])))
     total = sum(float(r["Metric Value"].replace(",", "")) * _UNIT_MS[r["Metric Unit"]] for r in rows)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "GPU evidence").
-# Usage: bash scripts/device_check.sh [evaluate|repeat N|probe|ncu [FILES]|gpu-tests|adversarial|memory|speed|all]
+# Usage: bash scripts/device_check.sh [evaluate|repeat N|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|all]
 # (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,11 +44,17 @@ adversarial() {  # each adversarial candidate on the GPU, with the status kforge
   kf evaluate tests/adversarial --device cuda --size small --jobs 14 --json | tee "$OUT/adversarial.jsonl"
 }
 memory() { python3 benchmarks/giant_memory.py solutions/avg_pool_2d/*.py | tee "$OUT/memory.json"; }
-speed() { python3 benchmarks/eval_speed.py solutions --device cuda --size full --jobs 14 "$@" | tee "$OUT/eval_speed.json"; }
+speed() {  # the seeds and their repairs: kforge cold, warm, and the naive serial way (--modes picks)
+  python3 benchmarks/eval_speed.py $(staged solutions/*/seed_*.py $REPAIRS) --device cuda --size full --jobs 14 "$@" \
+    2> >(tee -a "$OUT/eval_speed.progress" >&2) | tee "$OUT/eval_speed.json"
+}
+timeline() {  # kernels, gaps and slow host calls inside each timed call (after an evaluation left the builds)
+  for f in "${@:-$REPAIRS}"; do python3 benchmarks/kernel_timeline.py "$f" "$(basename "$(dirname "$f")")"; done | tee -a "$OUT/timeline.jsonl"
+}
 cmd=${1:-all}; shift || true
 case "$cmd" in
   evaluate) evaluate ;; repeat) repeat "$@" ;; probe) probe ;; ncu) ncu "$@" ;; gpu-tests) gpu_tests ;;
-  adversarial) adversarial ;; memory) memory ;; speed) speed "$@" ;;
+  adversarial) adversarial ;; memory) memory ;; speed) speed "$@" ;; timeline) timeline "$@" ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
 esac
 kf leaderboard
