@@ -2,7 +2,8 @@
 
 Usage: python benchmarks/eval_speed.py DIR [--device cpu|cuda] [--size small|full] [--jobs N] [--modes cold,warm,naive]
 DIR is a solutions-style tree (DIR/<problem>/<name>.py). Prints one JSON object: wall time per mode, and per
-candidate the compile seconds, cache hits and device time (the median of the candidate's timed calls). Each
+candidate the compile seconds, cache hits, device time (the median of the candidate's timed calls), seconds per
+stage and per build step; the reference runs' times go to the log (stderr). Each
 candidate's result also goes to stderr as it finishes, so a run cut short by a time limit still tells its part.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -66,7 +68,8 @@ def with_kforge(jobs: list[CandidateJob], settings: EvalSettings, label: str) ->
     for v in evaluate(jobs, settings):
         per[Path(v.solution_path).name] = {"status": v.status.value, "compile_s": v.evidence.compile_s,
                                            "cache_hit": v.evidence.cache_hit, "wall_s": v.wall_s,
-                                           "device_ms": v.candidate.median_ms if v.candidate else None}
+                                           "device_ms": v.candidate.median_ms if v.candidate else None,
+                                           "stage_s": v.evidence.stage_s, "build_steps_s": v.evidence.build_steps_s}
         _progress(label, Path(v.solution_path).name, per[Path(v.solution_path).name], start)
     return {"wall_s": time.perf_counter() - start, "candidates": per}
 
@@ -79,6 +82,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--modes", default="cold,warm,naive", help="which of cold, warm, naive to run, in that order")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # the evaluator's reference run times
     modes = args.modes.split(",")
     jobs = _jobs(args.directory)
     cache = Path(tempfile.mkdtemp(prefix="kforge-bench-builds-"))

@@ -93,7 +93,7 @@ def _run_candidate(chan: Channel, req: dict, model, problem, watch: extensions.K
     """Correctness (watched), leak check, timing with output snapshots, and a stale-result probe."""
     device = req["device"]
     chan.send("stage", stage="correctness")
-    report = trials.run_trials(model, problem, req["seeds"], device, Path(req["out_dir"]), _sync(device), watch)
+    report = trials.run_trials(model, problem, req["seeds"], device, trials.saver(Path(req["out_dir"])), _sync(device), watch)
     chan.send("trials", trials=report)
     check("correctness")
     inputs = trials.make_inputs(problem, req["timing_seed"], device)
@@ -106,6 +106,7 @@ def _run_candidate(chan: Channel, req: dict, model, problem, watch: extensions.K
         keeper = _Keeper(req["probe_fraction"])
         _time(chan, req, call, on_rep=keeper)
         check("timing")
+        chan.send("stage", stage="probe")
         chan.send("probe", **_probe(req, model, problem, inputs, before, keeper.kept))
         check("probe")
     _memory(chan, device)
@@ -115,7 +116,8 @@ def _run_reference(chan: Channel, req: dict, model, problem) -> None:
     """Reference outputs for every seed the candidate will see, then baseline timings."""
     device = req["device"]
     chan.send("stage", stage="correctness")
-    report = trials.run_trials(model, problem, req["seeds"], device, Path(req["out_dir"]), _sync(device),
+    save = trials.saver(Path(req["out_dir"]), req["output_fds"])
+    report = trials.run_trials(model, problem, req["seeds"], device, save, _sync(device),
                                save_inputs=req.get("save_inputs", False))
     chan.send("trials", trials=report)
     if req["timing"]["enabled"]:
@@ -147,7 +149,7 @@ def _serve(chan: Channel, req: dict, confined: bool) -> None:
         headers.prepare(candidate)  # before any candidate code runs
         print("kforge: precompiled headers:", "; ".join(headers.log) or "none wanted", flush=True)
     module, seconds, cached = loading.load_candidate(candidate, build_dir)
-    chan.send("compiled", seconds=seconds, cache_hit=cached)
+    chan.send("compiled", seconds=seconds, cache_hit=cached, steps={} if cached else loading.build_steps(build_dir))
     if req["role"] == "candidate":
         chan.send("kernels", **watch.report.model_dump())
         judge.check("at import")

@@ -95,6 +95,8 @@ class Evidence(BaseModel):
     peak_memory: dict[str, int] = Field(default_factory=dict)
     compile_s: float | None = None
     cache_hit: bool | None = None
+    build_steps_s: dict[str, float] = Field(default_factory=dict)  # ninja step (object file, link) -> seconds
+    stage_s: dict[str, float] = Field(default_factory=dict)  # wall seconds: the compile child, then each run stage
     gpu: str | None = None  # the CUDA device id (as in CUDA_VISIBLE_DEVICES) the candidate ran on
     notes: list[str] = Field(default_factory=list)
 

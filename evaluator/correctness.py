@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import torch
 
@@ -17,7 +17,7 @@ class Comparison(NamedTuple):
     tolerance_used: float  # max |got - exp| / (atol + rtol * |exp|): 1.0 is the limit
 
 
-def load_outputs(path: Path) -> list:
+def load_outputs(path: Path | BinaryIO) -> list:
     return torch.load(path, weights_only=True)
 
 

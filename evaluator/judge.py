@@ -29,8 +29,8 @@ _PROBE_EXPECTED = {"timed_rep": "timing", "timed_last": "timing", "verify": "ver
 
 @dataclass
 class Reference:
-    """The trusted reference run of one problem, held in the parent's memory (its files are deleted before
-    any candidate runs, so no candidate can read the expected outputs from disk)."""
+    """The trusted reference run of one problem, held in the parent's memory (it came over memory files that
+    never had a path on disk, so no candidate can read the expected outputs from disk)."""
 
     outputs: dict[str, list]  # label -> output tensors
     meta: dict[str, list[dict]]  # label -> describe() of each output

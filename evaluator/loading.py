@@ -29,6 +29,18 @@ def built_libraries(build_dir: Path) -> set[Path]:
     return set(build_dir.rglob("*.so"))
 
 
+def build_steps(build_dir: Path) -> dict[str, float]:
+    """Seconds per ninja step (each object file, the link) of the builds under build_dir, from ninja's own log:
+    says which translation unit a slow compile spends its time in."""
+    steps = {}
+    for log in build_dir.rglob(".ninja_log"):
+        for line in log.read_text(errors="replace").splitlines()[1:]:
+            fields = line.split("\t")
+            if len(fields) == 5 and fields[0].isdigit() and fields[1].isdigit():
+                steps[fields[3]] = (int(fields[1]) - int(fields[0])) / 1e3  # a rebuilt output: its last entry wins
+    return steps
+
+
 def load_candidate(path: Path, build_dir: Path) -> tuple[ModuleType, float, bool]:
     """Import the candidate; returns it, the seconds spent, and whether no new extension had to be built."""
     before = built_libraries(build_dir)

@@ -8,6 +8,7 @@ and returns the Verdict; the driver yields them as they finish and its caller st
 
 from __future__ import annotations
 
+import socket
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -51,10 +52,22 @@ def _ray():
     return ray
 
 
+def _reachable(address: str | None, timeout_s: float = 5.0) -> None:
+    """A host:port that does not answer fails here in seconds; Ray itself would retry for minutes."""
+    host, _, port = (address or "").removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # None, "auto" or "local": Ray finds or starts the cluster itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise EvaluatorError(f"cannot reach a Ray cluster at {address}: {exc.strerror or exc}") from None
+
+
 def evaluate(jobs: list[CandidateJob], settings: EvalSettings, address: str | None = None) -> Iterator[Verdict]:
     """Like evaluator.evaluate, on the cluster at `address` (None: start a local one). A task holds one GPU
     (Ray pins it with CUDA_VISIBLE_DEVICES) or, on CPU, the cores its timed run uses plus one for compiles."""
     ray = _ray()
+    _reachable(address)
     try:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
     except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError...: all mean "no cluster"

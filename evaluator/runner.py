@@ -4,11 +4,14 @@ candidate alone on the device, judged in this (parent) process. Yields verdicts;
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import platform
 import secrets
 import shutil
 import tempfile
 import threading
+import time
 import queue
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -24,6 +27,8 @@ from evaluator.judge import Outcome, Reference, ended_badly, judge, timings
 from evaluator.sandbox import ChildResult, run_child
 from evaluator.static import check_source
 from reference_problems import Problem
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
 
@@ -66,12 +71,16 @@ class Batch:
         for gpu in self.gpus:
             self.free_gpus.put(gpu)
 
+    def reference_seeds(self) -> list[tuple[str, int]]:
+        """The reference computes every output a candidate is checked against: its trials, timed and verify calls."""
+        return self.trial_seeds + [("timing", self.timing_seed), ("verify", self.verify_seed)]
+
     def _secrets(self, role: str) -> dict:
         """Seeds for the roles that run the model; the compile child, which only imports candidate code (and
         could stash what it sees for the candidate child), gets none. The candidate runs its trials shuffled."""
         if role == "compile":
             return {}
-        seeds = self.trial_seeds + [("timing", self.timing_seed), ("verify", self.verify_seed)] if role == "reference" \
+        seeds = self.reference_seeds() if role == "reference" \
             else secrets.SystemRandom().sample(self.trial_seeds, len(self.trial_seeds))
         return {"seeds": seeds, "timing_seed": self.timing_seed, "verify_seed": self.verify_seed,
                 "probe_fraction": self.probe_fraction}
@@ -91,10 +100,10 @@ class Batch:
         }
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
-            gpu: str | None = None, **extra) -> ChildResult:
+            gpu: str | None = None, pass_fds: tuple[int, ...] = (), **extra) -> ChildResult:
         request = self.request(role, problem, workdir / "out", candidate, **extra)
         return run_child(request, workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu",
-                         stop=self.stop, gpu=gpu)
+                         stop=self.stop, gpu=gpu, pass_fds=pass_fds)
 
 
 def build_key(source: str, device: str) -> str:
@@ -111,22 +120,35 @@ def _verdict(job: CandidateJob, sha: str, settings: EvalSettings, status: Status
                    cuda_version=torch.version.cuda, **kw)
 
 
+def _read_back(fd: int) -> list:
+    os.lseek(fd, 0, os.SEEK_SET)
+    with os.fdopen(os.dup(fd), "rb") as fh:
+        return load_outputs(fh)
+
+
 def run_reference(batch: Batch, problem: Problem, save_inputs: bool = False) -> Reference:
-    """Run the problem's Model in its own child, load what it produced into memory, and delete its files
-    before any candidate code runs: expected outputs never sit on disk where a candidate could read them."""
+    """Run the problem's Model in its own child, which writes its outputs into memory files that kforge made
+    and passed it: expected outputs never get a path on disk, so candidates compiling meanwhile cannot read them."""
     workdir = batch.root / "ref" / problem.sha256[:16]
-    result = batch.run("reference", problem, workdir, workdir / "build", gpu=batch.gpus[0], save_inputs=save_inputs)
+    labels = [label for label, _ in batch.reference_seeds()]
+    names = labels + [f"{label}.inputs" for label in labels if save_inputs]
+    fds = {name: os.memfd_create(f"kforge-{name}", os.MFD_CLOEXEC) for name in names}
     try:
+        result = batch.run("reference", problem, workdir, workdir / "build", gpu=batch.gpus[0], pass_fds=tuple(fds.values()),
+                           save_inputs=save_inputs, output_fds=fds)
         if ended_badly(result, batch.settings.limits.timeout_s, 0) or not result.last("trials"):
             raise EvaluatorError(f"reference problem '{problem.name}' failed to run: {result.log_tail(800).strip()}")
-        report, out = result.last("trials")["trials"], workdir / "out"
+        _log.info("reference %s ran %.1f s: %s", problem.name, result.wall_s, result.stage_seconds())
+        report = result.last("trials")["trials"]
         times = timings(result, batch.settings.device)
         return Reference(
-            outputs={label: load_outputs(out / f"{label}.pt") for label in report},
+            outputs={label: _read_back(fds[label]) for label in report},
             meta={label: entry["outputs"] for label, entry in report.items()}, trials=report,
-            inputs={label: load_outputs(out / f"{label}.inputs.pt") for label in report} if save_inputs else {},
+            inputs={label: _read_back(fds[f"{label}.inputs"]) for label in report} if save_inputs else {},
             timing=times.get("model"), compiled=times.get("compiled"))
     finally:
+        for fd in fds.values():
+            os.close(fd)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -191,10 +213,14 @@ def _evaluate_compiled(batch: Batch, prep: _Prepared, compiled: ChildResult, gpu
         return _verdict(prep.job, prep.sha256, settings, failed.status, evidence=failed.evidence)
     ref = batch.references[prep.job.problem.sha256]
     result = batch.run("candidate", prep.job.problem, prep.workdir, prep.build_dir, prep.job.path, gpu=gpu)
+    judged_at = time.monotonic()
     outcome = judge(result, ref, prep.job.problem.meta, settings, prep.workdir / "out")
+    judge_s = time.monotonic() - judged_at
     verdict = _verdict(prep.job, prep.sha256, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
     verdict.evidence.compile_s, verdict.evidence.cache_hit = build.get("seconds"), build.get("cache_hit")
+    verdict.evidence.build_steps_s = build.get("steps") or {}
+    verdict.evidence.stage_s = {"compile_child": round(compiled.wall_s, 3), **result.stage_seconds(), "judge": round(judge_s, 3)}
     verdict.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
     verdict.evidence.notes += _notes(compiled, result)
     verdict.wall_s = compiled.wall_s + result.wall_s
@@ -217,13 +243,15 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings) -> Iterator[Verdi
                 yield item
             else:
                 prepared.append(item)
-        for prep in prepared:  # every reference before any candidate code runs (see run_reference)
-            problem = prep.job.problem
-            if problem.sha256 not in batch.references:
-                batch.references[problem.sha256] = run_reference(batch, problem)
-        compiling = {compilers.submit(_compile, batch, prep): prep for prep in prepared}
-        if settings.device == "cpu":
-            wait(compiling)  # CPU timings must not share the cores with compilers
+        start_compiles = lambda: {compilers.submit(_compile, batch, prep): prep for prep in prepared}  # noqa: E731
+        cpu = settings.device == "cpu"  # CPU timings must not share the cores with compilers
+        compiling = {} if cpu else start_compiles()
+        for prep in prepared:  # on CUDA while the compiles run; every reference before any candidate child
+            if prep.job.problem.sha256 not in batch.references:
+                batch.references[prep.job.problem.sha256] = run_reference(batch, prep.job.problem)
+        if cpu:
+            compiling = start_compiles()
+            wait(compiling)
         pending = set(compiling)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)

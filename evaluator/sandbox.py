@@ -44,6 +44,7 @@ class ChildResult(BaseModel):
     timed_out: bool = False
     memory_exceeded: bool = False
     cancelled: bool = False  # kforge was interrupted: not a verdict on the candidate
+    started: float = 0.0  # time.monotonic() when the child was started
     wall_s: float = 0.0
     stragglers: int = 0  # processes still carrying the child's token after it ended (killed)
     log_path: Path
@@ -55,6 +56,13 @@ class ChildResult(BaseModel):
         """The parent's clock (time.monotonic) when the first matching message arrived."""
         found = next((m for m in self.messages if m.get("event") == event and m.items() >= match.items()), None)
         return found["_t"] if found else None
+
+    def stage_seconds(self) -> dict[str, float]:
+        """Wall seconds per stage the child announced, by the parent's clock; `start` is interpreter, torch and
+        problem loading before the first stage (a forged stage message only mislabels the child's own time)."""
+        marks = [("start", self.started)] + [(str(m.get("stage")), m["_t"]) for m in self.messages if m.get("event") == "stage"]
+        ends = [t for _, t in marks[1:]] + [self.started + self.wall_s]
+        return {name: round(end - t, 3) for (name, t), end in zip(marks, ends)}
 
     def forged(self) -> str:
         """A message the harness would never send (the candidate wrote to the result channel itself), or ''."""
@@ -162,10 +170,10 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
-              stop: threading.Event | None = None, gpu: str | None = None) -> ChildResult:
+              stop: threading.Event | None = None, gpu: str | None = None, pass_fds: tuple[int, ...] = ()) -> ChildResult:
     """Start `python -m evaluator.child`, send it the request on its pipe, wait with timeout and memory watch.
     Setting `stop` (or an exception here, e.g. Ctrl-C) ends the child the same polite way as a timeout;
-    `gpu` pins it to one CUDA device."""
+    `gpu` pins it to one CUDA device; `pass_fds` are more descriptors it inherits (named in the request)."""
     workdir.mkdir(parents=True, exist_ok=True)
     build_dir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "child.log"
@@ -173,17 +181,18 @@ def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap
     res_r, res_w = os.pipe()
     cmd = [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)]
     token = secrets.token_hex(16)
+    started = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             cmd, cwd=workdir, env=scrubbed_env(workdir, build_dir, token, gpu), stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, pass_fds=(req_r, res_w), start_new_session=True,
+            stderr=subprocess.STDOUT, pass_fds=(req_r, res_w, *pass_fds), start_new_session=True,
             preexec_fn=lambda: _prepare_child(limits, cap_address_space),
         )
     os.close(req_r)
     os.close(res_w)
     with os.fdopen(req_w, "wb") as fh:
         fh.write(json.dumps(request).encode())
-    result = ChildResult(log_path=log_path)
+    result = ChildResult(log_path=log_path, started=started)
     reader = threading.Thread(target=_read_messages, args=(res_r, result.messages), daemon=True)
     reader.start()
     try:
@@ -197,7 +206,7 @@ def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap
 
 
 def _wait(proc: subprocess.Popen, limits: Limits, result: ChildResult, stop: threading.Event) -> None:
-    start = time.monotonic()
+    start = result.started
     while proc.poll() is None:
         if stop.is_set():
             result.cancelled = True

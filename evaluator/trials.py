@@ -6,8 +6,10 @@ Every tensor operation of the harness itself runs under guard.trusted() and thro
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import ModuleType
+from typing import BinaryIO, Callable
 
 import torch
 
@@ -73,12 +75,23 @@ def snapshot(outputs: list) -> list:
         return [_T.clone(o) if _is_plain(o) else None for o in outputs]
 
 
-def save_outputs(outputs: list, path: Path) -> list[dict]:
+def save_outputs(outputs: list, path: Path | BinaryIO) -> list[dict]:
     """Plain CPU copies, loadable with weights_only=True: nothing of the candidate's objects crosses over."""
     with trusted():
         plain = [_T.contiguous(_T.to(_T.detach(o), "cpu", copy=True)) if _is_plain(o) else None for o in outputs]
     torch.save(plain, path)
     return [describe(o) for o in outputs]
+
+
+def saver(out_dir: Path, fds: dict[str, int] | None = None) -> Callable[[list, str], list[dict]]:
+    """Where a child puts its outputs: files in its out dir, or (the reference) the memory files kforge handed
+    it, which have no path that a candidate compiling at the same time could open."""
+    def save(tensors: list, name: str) -> list[dict]:
+        if fds is None:
+            return save_outputs(tensors, out_dir / f"{name}.pt")
+        with os.fdopen(os.dup(fds[name]), "wb") as fh:
+            return save_outputs(tensors, fh)
+    return save
 
 
 def _nbytes(tensors: list) -> int:
@@ -93,7 +106,7 @@ def run_one(model, inputs: list, watch):
     return watch.call(lambda: model(*inputs))
 
 
-def run_trials(model, problem: ModuleType, seeds: list[tuple[str, int]], device: str, out_dir: Path, sync,
+def run_trials(model, problem: ModuleType, seeds: list[tuple[str, int]], device: str, save: Callable, sync,
                watch=None, save_inputs: bool = False) -> dict[str, dict]:
     """One call per (label, seed), in the given order; per label: output description, input checksums
     before/after, bytes in and out, and (with a watch) how often the compiled extension was called."""
@@ -106,14 +119,14 @@ def run_trials(model, problem: ModuleType, seeds: list[tuple[str, int]], device:
             outputs = as_tensors(value)
             sync()
             report[label] = {
-                "outputs": save_outputs(outputs, out_dir / f"{label}.pt"),
+                "outputs": save(outputs, label),
                 "inputs_changed": fingerprint(inputs) != before,
                 "max_input_numel": max((t.numel() for t in inputs if isinstance(t, torch.Tensor)), default=0),
                 "io_bytes": _nbytes(inputs) + _nbytes(outputs),
                 "calls": calls.model_dump() if calls else None,
             }
             if save_inputs:
-                save_outputs(inputs, out_dir / f"{label}.inputs.pt")
+                save(inputs, f"{label}.inputs")
             del inputs, outputs, value
     return report
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,18 @@ def test_fused_cpp_kernel_is_correct_and_faster_than_eager(verdicts):
     assert v.speedup == pytest.approx(v.reference.median_ms / v.candidate.median_ms)
     assert v.speedup > 1.0, (v.candidate, v.reference)
     assert v.evidence.compile_s is not None and v.device_name
+
+
+def test_evidence_says_where_the_time_went(verdicts):
+    """Per-stage wall seconds (parent's clock) and, for a fresh build, ninja's seconds per step."""
+    v = verdicts["cpp_leak"]  # built only by this batch: not a cache hit
+    assert v.evidence.cache_hit is False and v.evidence.build_steps_s["main.o"] > 1.0, v.evidence.build_steps_s
+    assert v.evidence.build_steps_s["main.o"] < v.evidence.stage_s["compile_child"]
+    stages = verdicts["cpu_fused_o3"].evidence.stage_s
+    assert list(stages) == ["compile_child", "start", "compile", "init", "correctness", "leak", "timing", "timed", "probe", "judge"]
+    assert all(s >= 0 for s in stages.values()) and stages["timed"] > 0.2  # rep_ms=300 of timed calls
+    child = sum(s for k, s in stages.items() if k not in ("compile_child", "judge"))
+    assert child == pytest.approx(verdicts["cpu_fused_o3"].wall_s - stages["compile_child"], abs=0.01)
 
 
 def test_wrong_kernel_is_incorrect_with_where_and_how_much(verdicts):
@@ -120,3 +133,29 @@ def test_inputs_are_made_on_the_evaluation_device(name):
 
     problem = load_problem(resolve_problem(name).path, {})
     assert {t.device.type for t in make_inputs(problem, 0, "meta")} == {"meta"}
+
+
+def test_expected_outputs_never_get_a_path_on_disk(cpu_settings):
+    """On CUDA, candidates compile while the references run: the reference child must hand its outputs over
+    in memory files, so a candidate scanning the disk meanwhile finds nothing (a watcher lists every file)."""
+    import threading
+
+    from evaluator.runner import Batch, run_reference
+
+    batch, seen, done = Batch(cpu_settings), set(), threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.update(p.name for p in batch.root.rglob("*") if p.is_file())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        ref = run_reference(batch, resolve_problem("softmax"))
+    finally:
+        done.set()
+        watcher.join()
+        shutil.rmtree(batch.root)
+    assert set(ref.outputs) == {"trial_0", "trial_1", "trial_2", "timing", "verify"}
+    assert ref.outputs["trial_0"][0].shape == ref.outputs["verify"][0].shape and ref.timing is not None
+    assert seen <= {"child.log"}, seen

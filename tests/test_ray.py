@@ -78,3 +78,14 @@ def test_ray_backend_evaluates_in_workers_and_the_driver_stores(ray_address: str
         rows = {Path(r.solution_path).name: r for r in database.evaluations()}
     assert set(rows) == set(lines) and all(r.solution_path.startswith(str(tmp_path)) for r in rows.values())
     assert "kforge-ray-" in rows["raiser.py"].evidence["log_tail"]  # the traceback names the worker's scratch copy
+
+
+def test_an_unreachable_ray_address_fails_in_seconds_with_one_line(tmp_path: Path) -> None:
+    """Nothing listens on the port: kforge says so at once (Ray alone would retry for minutes), exit 2."""
+    (tmp_path / "relu").mkdir()
+    (tmp_path / "relu" / "c.py").write_text("import torch\n")
+    cmd = [sys.executable, "-m", "kforge", "evaluate", str(tmp_path), "--device", "cpu", "--db", f"sqlite:///{tmp_path / 'k.db'}",
+           "--backend", "ray", "--address", f"127.0.0.1:{_free_port()}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "cannot reach a Ray cluster at 127.0.0.1:" in proc.stderr and "Traceback" not in proc.stderr
