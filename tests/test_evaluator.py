@@ -53,7 +53,8 @@ def test_evidence_says_where_the_time_went(verdicts):
     assert v.evidence.build_steps_s["main.o"] < v.evidence.stage_s["compile_child"]
     stages = verdicts["cpu_fused_o3"].evidence.stage_s
     assert list(stages) == ["compile_child", "start", "compile", "init", "correctness", "leak", "timing", "timed", "probe", "judge"]
-    assert all(s >= 0 for s in stages.values()) and stages["timed"] > 0.2  # rep_ms=300 of timed calls
+    timed = verdicts["cpu_fused_o3"].candidate
+    assert all(s >= 0 for s in stages.values()) and stages["timed"] >= timed.reps * timed.min_ms / 1e3  # holds every sample
     child = sum(s for k, s in stages.items() if k not in ("compile_child", "judge"))
     assert child == pytest.approx(verdicts["cpu_fused_o3"].wall_s - stages["compile_child"], abs=0.01)
 
