@@ -499,6 +499,20 @@ class Database:
         _, best = self._best_speedups(_tally_filters(problem, device_name, size))
         return math.exp(math.fsum(map(math.log, best)) / len(best)) if best else None
 
+    @_guarded
+    def latest_verdicts(self, problem: str | None = None, level: int | None = None) -> list[tuple[str, float | None]]:
+        """(status, speedup) of the latest stored evaluation of each solution on each device and size, however often
+        it was rerun (ids grow as rows are stored). Reads one index entry per evaluation (~0.6 s for 1M on SQLite)."""
+        latest = select(func.max(Evaluation.id).label("id"))
+        if problem is not None or level is not None:
+            latest = latest.join(Solution, Evaluation.solution_id == Solution.id).join(Problem, Solution.problem_id == Problem.id)
+            latest = latest.where(*([Problem.name == problem] if problem is not None else []),
+                                  *([Problem.level == level] if level is not None else []))
+        latest = latest.group_by(Evaluation.solution_id, Evaluation.device_name, Evaluation.size).subquery()
+        stmt = select(Evaluation.status, Evaluation.speedup).join(latest, Evaluation.id == latest.c.id)
+        with self.session() as s, s.begin():
+            return [(status, speedup) for status, speedup in s.execute(stmt)]
+
     # -- generations ---------------------------------------------------------------------------
 
     @_guarded

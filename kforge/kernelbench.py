@@ -12,11 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from sqlalchemy import func, select
-from sqlalchemy.exc import SQLAlchemyError
-
-from db import Database, DatabaseError
-from db.models import Evaluation, Problem as ProblemModel, Solution
+from db import Database
 from kforge import record
 from reference_problems import Problem, ProblemError
 from reference_problems.registry import LEVEL_DIR
@@ -95,21 +91,8 @@ def fast_p(database: Database, thresholds: Iterable[float] = FAST_P, problem: st
     (KernelBench's score.py: count(correct and speedup > p) / n, n = every sample). Returns ({p: fraction}, n);
     ({}, 0) when nothing is evaluated. A sample is a stored solution on one device and size, judged by its latest
     stored evaluation (reruns do not count twice); a `skipped` verdict never ran it, so it is no evaluated sample.
-    Identical code is stored once, so two samples with the same source count once. Reads one index entry per
-    evaluation (about 0.6 s for 1M evaluations on SQLite): no tally keeps the latest verdict per sample."""
-    latest = select(func.max(Evaluation.id).label("id"))  # ids grow as rows are stored: the latest stored verdict
-    if problem is not None or level is not None:
-        latest = latest.join(Solution, Evaluation.solution_id == Solution.id).join(ProblemModel, Solution.problem_id == ProblemModel.id)
-        latest = latest.where(*([ProblemModel.name == problem] if problem is not None else []),
-                              *([ProblemModel.level == level] if level is not None else []))
-    latest = latest.group_by(Evaluation.solution_id, Evaluation.device_name, Evaluation.size).subquery()
-    stmt = select(Evaluation.status, Evaluation.speedup).join(latest, Evaluation.id == latest.c.id)
-    stmt = stmt.where(Evaluation.status != NOT_RUN)
-    try:
-        with database.session() as s, s.begin():
-            verdicts = s.execute(stmt).all()
-    except SQLAlchemyError as exc:
-        raise DatabaseError(f"cannot read evaluations: {str(exc).splitlines()[0]}") from None
+    Identical code is stored once, so two samples with the same source count once."""
+    verdicts = [(status, speedup) for status, speedup in database.latest_verdicts(problem, level) if status != NOT_RUN]
     if not verdicts:
         return {}, 0
     speedups = [speedup for status, speedup in verdicts if status == "correct" and speedup is not None]
