@@ -129,8 +129,18 @@ def _run_reference(chan: Channel, req: dict, model, problem) -> None:
     _memory(chan, device)
 
 
+def _pin(gpu: str | None) -> None:
+    """The device comes with the request (the child may have started before one was free). CUDA reads the
+    variable when it initialises, which nothing in this process may have done yet."""
+    if gpu is not None:
+        if torch.cuda.is_initialized():
+            raise RuntimeError("kforge: CUDA was initialised before the child's GPU was pinned")
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+
+
 def _serve(chan: Channel, req: dict, confined: bool) -> None:
     device = req["device"]
+    _pin(req.get("gpu"))
     _strict_fp32()
     if device == "cpu":
         torch.set_num_threads(req["cpu_threads"])  # reference and candidate get the same cores

@@ -15,7 +15,7 @@ import time
 import queue
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from pydantic import BaseModel
@@ -100,10 +100,20 @@ class Batch:
         }
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
-            gpu: str | None = None, pass_fds: tuple[int, ...] = (), **extra) -> ChildResult:
+            gpu: str | None = None, pass_fds: tuple[int, ...] = (), gate: Callable[[], str | None] | None = None,
+            **extra) -> ChildResult:
         request = self.request(role, problem, workdir / "out", candidate, **extra)
         return run_child(request, workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu",
-                         stop=self.stop, gpu=gpu, pass_fds=pass_fds)
+                         stop=self.stop, gpu=gpu, pass_fds=pass_fds, gate=gate)
+
+    def take_device(self) -> str | None:
+        """A free device of the batch (waits for one); gives up when the batch is stopped."""
+        while not self.stop.is_set():
+            try:
+                return self.free_gpus.get(timeout=0.25)
+            except queue.Empty:
+                pass
+        raise EvaluatorError("the batch was stopped")
 
 
 def build_key(source: str, device: str) -> str:
@@ -193,24 +203,35 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
     return batch.run("compile", prep.job.problem, prep.workdir / "compile", prep.build_dir, prep.job.path)
 
 
-def _on_free_gpu(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict:
-    """One candidate at a time per device: runs on whichever of the batch's GPUs (or the CPU) is free."""
-    gpu = batch.free_gpus.get()
+def _on_free_device(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict:
+    """One candidate at a time per device, on whichever of the batch's GPUs (or the CPU) is free. On CUDA its
+    child starts (interpreter and torch, seconds) while it waits for a GPU; on CPU only once the CPU is free, so
+    that start cannot slow another candidate's timed run. A failed compile waits for no device."""
+    held: list[str | None] = []
+
+    def take() -> str | None:
+        if not held:
+            held.append(batch.take_device())
+        return held[0]
+
     try:
-        verdict = _evaluate_compiled(batch, prep, compiled, gpu)
+        if batch.settings.device == "cpu":
+            take()
+        verdict = _evaluate_compiled(batch, prep, compiled, take)
     finally:
-        batch.free_gpus.put(gpu)
-    verdict.evidence.gpu = gpu
+        if held:
+            batch.free_gpus.put(held[0])
+    verdict.evidence.gpu = held[0] if held else None
     return verdict
 
 
-def _evaluate_compiled(batch: Batch, prep: _Prepared, compiled: ChildResult, gpu: str | None) -> Verdict:
+def _evaluate_compiled(batch: Batch, prep: _Prepared, compiled: ChildResult, take: Callable[[], str | None]) -> Verdict:
     settings = batch.settings
     failed = ended_badly(compiled, settings.limits.timeout_s, 0)
     if failed:
         return _verdict(prep.job, prep.sha256, settings, failed.status, evidence=failed.evidence)
     ref = batch.references[prep.job.problem.sha256]
-    result = batch.run("candidate", prep.job.problem, prep.workdir, prep.build_dir, prep.job.path, gpu=gpu)
+    result = batch.run("candidate", prep.job.problem, prep.workdir, prep.build_dir, prep.job.path, gate=take)
     judged_at = time.monotonic()
     outcome = judge(result, ref, prep.job.problem.meta, settings, prep.workdir / "out")
     judge_s = time.monotonic() - judged_at
@@ -232,7 +253,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings) -> Iterator[Verdi
     the caller closing the generator), running children are stopped and the scratch space removed."""
     batch = Batch(settings)
     compilers = ThreadPoolExecutor(max_workers=settings.jobs)
-    runners = ThreadPoolExecutor(max_workers=len(batch.gpus))
+    runners = ThreadPoolExecutor(max_workers=2 * len(batch.gpus))  # per device: one running, one starting
     try:
         prepared = []
         for i, job in enumerate(jobs):
@@ -255,7 +276,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings) -> Iterator[Verdi
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 if future in compiling:
-                    pending.add(runners.submit(_on_free_gpu, batch, compiling[future], future.result()))
+                    pending.add(runners.submit(_on_free_device, batch, compiling[future], future.result()))
                 else:
                     yield future.result()
     finally:

@@ -6,6 +6,7 @@ whose descriptor only the child is given.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from pydantic import BaseModel, Field
 
@@ -90,8 +92,8 @@ class ChildResult(BaseModel):
             return fh.read().decode(errors="replace")[-chars:]
 
 
-def scrubbed_env(workdir: Path, build_dir: Path, token: str, gpu: str | None = None) -> dict[str, str]:
-    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ} | ({"CUDA_VISIBLE_DEVICES": gpu} if gpu else {})
+def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
+    env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     env.update(
         HOME=str(workdir), TMPDIR=str(workdir), TORCH_EXTENSIONS_DIR=str(build_dir), **{_TOKEN_VAR: token},
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -170,10 +172,14 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
-              stop: threading.Event | None = None, gpu: str | None = None, pass_fds: tuple[int, ...] = ()) -> ChildResult:
+              stop: threading.Event | None = None, gpu: str | None = None, pass_fds: tuple[int, ...] = (),
+              gate: Callable[[], str | None] | None = None) -> ChildResult:
     """Start `python -m evaluator.child`, send it the request on its pipe, wait with timeout and memory watch.
     Setting `stop` (or an exception here, e.g. Ctrl-C) ends the child the same polite way as a timeout;
-    `gpu` pins it to one CUDA device; `pass_fds` are more descriptors it inherits (named in the request)."""
+    `gpu` pins it to one CUDA device (the child sets CUDA_VISIBLE_DEVICES from the request); `pass_fds` are more
+    descriptors it inherits (named in the request). `gate`, if given, is called once the child has started --
+    its interpreter and torch load meanwhile, seconds -- and returns the device to pin it to: the request goes
+    out, and the child's clock starts, only then."""
     workdir.mkdir(parents=True, exist_ok=True)
     build_dir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "child.log"
@@ -181,23 +187,26 @@ def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap
     res_r, res_w = os.pipe()
     cmd = [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)]
     token = secrets.token_hex(16)
-    started = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            cmd, cwd=workdir, env=scrubbed_env(workdir, build_dir, token, gpu), stdin=subprocess.DEVNULL, stdout=log,
+            cmd, cwd=workdir, env=scrubbed_env(workdir, build_dir, token), stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT, pass_fds=(req_r, res_w, *pass_fds), start_new_session=True,
             preexec_fn=lambda: _prepare_child(limits, cap_address_space),
         )
     os.close(req_r)
     os.close(res_w)
-    with os.fdopen(req_w, "wb") as fh:
-        fh.write(json.dumps(request).encode())
-    result = ChildResult(log_path=log_path, started=started)
+    result = ChildResult(log_path=log_path)
     reader = threading.Thread(target=_read_messages, args=(res_r, result.messages), daemon=True)
     reader.start()
+    request_pipe = os.fdopen(req_w, "wb")
     try:
+        gpu = gate() if gate else gpu
+        with contextlib.suppress(BrokenPipeError), request_pipe:  # a child that already died: _wait reports it
+            request_pipe.write(json.dumps(request | {"gpu": gpu}).encode())
+        result.started = time.monotonic()
         _wait(proc, limits, result, stop or threading.Event())
     finally:
+        request_pipe.close()
         _stop(proc)
         result.returncode = proc.wait()
         result.stragglers = _kill_stragglers(token)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -147,7 +148,8 @@ def test_expected_outputs_never_get_a_path_on_disk(cpu_settings):
 
     def watch() -> None:
         while not done.is_set():
-            seen.update(p.name for p in batch.root.rglob("*") if p.is_file())
+            with contextlib.suppress(OSError):  # a folder removed while it is listed
+                seen.update(p.name for p in batch.root.rglob("*") if p.is_file())
 
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -160,3 +162,41 @@ def test_expected_outputs_never_get_a_path_on_disk(cpu_settings):
     assert set(ref.outputs) == {"trial_0", "trial_1", "trial_2", "timing", "verify"}
     assert ref.outputs["trial_0"][0].shape == ref.outputs["verify"][0].shape and ref.timing is not None
     assert seen <= {"child.log"}, seen
+
+
+def _child_with_torch_loaded() -> bool:
+    """Is there an evaluator child that has already loaded torch's library (it maps libtorch)?"""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"evaluator.child" in (proc / "cmdline").read_bytes() and "libtorch" in (proc / "maps").read_text():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_a_child_loads_torch_while_it_waits_for_a_device(cpu_settings, tmp_path):
+    """On CUDA a candidate's child starts while another runs: the gate is called once the child is up, and the
+    request -- and the child's clock -- wait for it. Here the gate returns only after it saw torch loaded."""
+    import time
+
+    from evaluator.runner import Batch
+
+    batch, gate_open = Batch(cpu_settings), []
+
+    def gate() -> None:
+        deadline = time.monotonic() + 60
+        while not _child_with_torch_loaded() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2.0)  # a device that becomes free later still
+        gate_open.append(time.monotonic())
+
+    (tmp_path / "plain.py").write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    pass\n")
+    before = time.monotonic()
+    try:
+        result = batch.run("compile", resolve_problem("relu"), tmp_path / "w", tmp_path / "build", tmp_path / "plain.py", gate=gate)
+    finally:
+        shutil.rmtree(batch.root)
+    assert result.returncode == 0 and result.last("compiled"), result.log_tail()
+    assert gate_open and result.started >= gate_open[0] and result.started - before > 2.0
+    assert result.stage_seconds()["start"] < 1.5  # importing torch alone takes longer: it was loaded before the request

@@ -12,8 +12,8 @@ PID_FILE = "/tmp/kforge-adversarial-daemon.pids"
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
-        with open(PID_FILE, "a") as fh:
-            fh.write(f"{os.getpid()}\n")
+        with open(PID_FILE, "a") as fh, open("/proc/self/stat") as stat:  # pid and start time: pids get reused
+            fh.write(f"{os.getpid()} {stat.read().rsplit(')', 1)[1].split()[19]}\n")
         deadline = time.time() + 120
         while time.time() < deadline:
             pass
