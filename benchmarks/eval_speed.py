@@ -66,11 +66,11 @@ def naive(jobs: list[CandidateJob], settings: EvalSettings, label: str = "naive"
 def with_kforge(jobs: list[CandidateJob], settings: EvalSettings, label: str) -> dict:
     start, per = time.perf_counter(), {}
     for v in evaluate(jobs, settings):
-        per[Path(v.solution_path).name] = {"status": v.status.value, "compile_s": v.evidence.compile_s,
-                                           "cache_hit": v.evidence.cache_hit, "wall_s": v.wall_s,
-                                           "device_ms": v.candidate.median_ms if v.candidate else None,
-                                           "stage_s": v.evidence.stage_s, "build_steps_s": v.evidence.build_steps_s}
-        _progress(label, Path(v.solution_path).name, per[Path(v.solution_path).name], start)
+        name = Path(v.solution_path).name
+        per[name] = {"status": v.status.value, "compile_s": v.evidence.compile_s, "cache_hit": v.evidence.cache_hit,
+                     "wall_s": v.wall_s, "device_ms": v.candidate.median_ms if v.candidate else None,
+                     "stage_s": v.evidence.stage_s, "build_steps_s": v.evidence.build_steps_s}
+        _progress(label, name, per[name], start)
     return {"wall_s": time.perf_counter() - start, "candidates": per}
 
 

@@ -4,8 +4,8 @@ Usage: python benchmarks/kernel_timeline.py CANDIDATE.py PROBLEM [N]
 Times N calls the way kforge does (L2 flush, then CUDA events around the call) under the PyTorch profiler
 (CUPTI, the source nsys reads) and prints one JSON object per call: the event time, the sum of kernel, memset
 and memcpy durations (ncu's gpu__time_duration adds up only the kernels: ms_by_kind splits them), the span
-from the first one's start to the last one's end, and the host runtime calls slower than 50 us made during the call (a cudaMalloc or a
-synchronize there leaves the GPU idle inside the timed region). Event time ~ span >> kernel sum means the gaps
+from the first one's start to the last one's end, and the host runtime calls slower than 50 us made during
+the call (a cudaMalloc or a synchronize there leaves the GPU idle inside the timed region). Event time ~ span >> kernel sum means the gaps
 are real GPU idle time inside the call, which a speedup must count and a kernel-only profiler does not.
 """
 

@@ -35,8 +35,8 @@ def reuse_kforge_build() -> None:
 
 
 def ncu_ms_per_call(candidate: Path) -> float:
-    cmd = ["ncu", "--target-processes", "application-only", "--nvtx", "--nvtx-include", "kforge_forward/", "--metrics", "gpu__time_duration.sum", "--csv",
-           "--clock-control", "none", sys.executable, str(Path(__file__).with_name("ncu_forward.py")),
+    cmd = ["ncu", "--target-processes", "application-only", "--nvtx", "--nvtx-include", "kforge_forward/",
+           "--metrics", "gpu__time_duration.sum", "--csv", "--clock-control", "none", sys.executable, str(Path(__file__).with_name("ncu_forward.py")),
            str(candidate), candidate.parent.name, str(CALLS)]
     env = os.environ | {"TORCH_EXTENSIONS_DIR": str(kforge_build_dir(candidate))}  # reuse kforge's build: no recompile
     text = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout

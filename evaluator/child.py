@@ -72,15 +72,15 @@ def _time(chan: Channel, req: dict, call, **hooks) -> None:
 
 def _probe(req: dict, model, problem, inputs: list, before: list[int], kept: dict[str, list]) -> dict:
     """Outputs of timed calls, then one more call after fresh data was written into the same input tensors."""
-    device, out_dir = req["device"], Path(req["out_dir"])
+    device, save = req["device"], trials.saver(Path(req["out_dir"]))
     _sync(device)()
     changed = trials.fingerprint(inputs) != before
-    outputs = {label: trials.save_outputs(outs, out_dir / f"{label}.pt") for label, outs in kept.items()}
+    outputs = {label: save(outs, label) for label, outs in kept.items()}
     if trials.refill(inputs, problem, req["verify_seed"], device):
         with torch.no_grad():
             value = model(*inputs)
         _sync(device)()
-        outputs["verify"] = trials.save_outputs(trials.as_tensors(value), out_dir / "verify.pt")
+        outputs["verify"] = save(trials.as_tensors(value), "verify")
     return {"outputs": outputs, "inputs_changed": changed}
 
 

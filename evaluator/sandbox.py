@@ -46,7 +46,7 @@ class ChildResult(BaseModel):
     timed_out: bool = False
     memory_exceeded: bool = False
     cancelled: bool = False  # kforge was interrupted: not a verdict on the candidate
-    started: float = 0.0  # time.monotonic() when the child was started
+    started: float = 0.0  # time.monotonic() when the request went out: the child's clock starts here
     wall_s: float = 0.0
     stragglers: int = 0  # processes still carrying the child's token after it ended (killed)
     log_path: Path
@@ -60,8 +60,8 @@ class ChildResult(BaseModel):
         return found["_t"] if found else None
 
     def stage_seconds(self) -> dict[str, float]:
-        """Wall seconds per stage the child announced, by the parent's clock; `start` is interpreter, torch and
-        problem loading before the first stage (a forged stage message only mislabels the child's own time)."""
+        """Wall seconds per stage the child announced, by the parent's clock; `start` is what the child does between
+        the request and its first stage (a forged stage message only mislabels the child's own time)."""
         marks = [("start", self.started)] + [(str(m.get("stage")), m["_t"]) for m in self.messages if m.get("event") == "stage"]
         ends = [t for _, t in marks[1:]] + [self.started + self.wall_s]
         return {name: round(end - t, 3) for (name, t), end in zip(marks, ends)}
