@@ -1,9 +1,10 @@
-"""Judging outputs, in the parent, on plain CPU copies: the candidate's process has no say in the comparison."""
+"""Judging outputs, in the parent, on the raw bytes the harness saved: the candidate's process has no say in the comparison."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
+import mmap
+import os
 from typing import NamedTuple
 
 import torch
@@ -17,9 +18,36 @@ class Comparison(NamedTuple):
     tolerance_used: float  # max |got - exp| / (atol + rtol * |exp|): 1.0 is the limit
 
 
-def load_outputs(path: Path) -> list:
-    """Memory-mapped: a multi-GB output is read page by page as it is compared, not copied first (12 s per 2 GB)."""
-    return torch.load(path, weights_only=True, mmap=True)
+def _layout(meta: dict) -> tuple[torch.dtype, list[int], int] | None:
+    """(dtype, shape, bytes) of one described output; None where the harness saved no tensor."""
+    if not meta.get("exact_tensor"):
+        return None
+    dtype = getattr(torch, str(meta["dtype"]).removeprefix("torch."), None)
+    shape = [int(n) for n in meta["shape"]]
+    if not isinstance(dtype, torch.dtype) or min(shape, default=0) < 0:
+        raise ValueError(f"an output described as {meta['dtype']} {shape}")
+    return dtype, shape, math.prod(shape) * dtype.itemsize
+
+
+def load_outputs(fd: int, metas: list[dict]) -> list:
+    """Tensors over a private mapping of a child's raw output file, laid out as `metas` (the descriptions the
+    harness sent) say: a multi-GB output is read page by page as it is compared, never parsed or copied first.
+    ValueError if the file is not exactly that size (a rewritten file)."""
+    layouts = [_layout(m) for m in metas]
+    expected, size = sum(lay[2] for lay in layouts if lay), os.fstat(fd).st_size
+    if size != expected:
+        raise ValueError(f"holds {size:,} bytes, not the {expected:,} of the outputs forward() returned")
+    pages = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) if size else b""
+    tensors, offset = [], 0
+    for lay in layouts:
+        if lay is None:
+            tensors.append(None)
+            continue
+        dtype, shape, nbytes = lay
+        flat = torch.frombuffer(pages, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset) if nbytes else torch.empty(0, dtype=dtype)
+        tensors.append(flat.view(shape))
+        offset += nbytes
+    return tensors
 
 
 def _structural(expected: torch.Tensor, expected_meta: dict, meta: dict) -> str:

@@ -8,6 +8,7 @@ possible. Each `cheat` names its exploit in Evidence.exploit.
 
 from __future__ import annotations
 
+import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from evaluator.contracts import EvalSettings, Evidence, Status, TimingStats
 from evaluator.correctness import Comparison, judge_outputs, load_outputs
 from evaluator.hardware import device_name, peak
 from evaluator.sandbox import ChildResult
+from evaluator.trials import OUTPUT_SUFFIX
 from evaluator.timing import implausible, method_name, summarize
 from reference_problems import ProblemMeta
 
@@ -93,13 +95,6 @@ def _error(error: dict, stage: str, log: str, max_input_numel: int) -> Outcome:
                                     log_tail=compiler or error["traceback"][-3000:]))
 
 
-def _as_described(tensor, meta: dict) -> bool:
-    """A loaded output matches the description the harness sent (None where it saved no tensor)."""
-    if not meta.get("exact_tensor"):
-        return tensor is None
-    return type(tensor) is torch.Tensor and list(tensor.shape) == meta["shape"] and str(tensor.dtype) == meta["dtype"]
-
-
 @dataclass
 class _Case:
     """Everything the checks look at, and the errors seen so far."""
@@ -112,19 +107,20 @@ class _Case:
     max_abs_err: float = 0.0
     tolerance_used: float = 0.0
 
-    def load(self, label: str, expected: str, got_meta: list[dict]) -> list | str:
+    def load(self, label: str, got_meta: list[dict]) -> list | str:
         """The candidate's saved outputs, or why the file cannot be what the harness wrote: the candidate can
         rewrite its own output files, and a huge or malformed one must not take the parent down."""
-        path = self.out_dir / f"{label}.pt"
-        limit = 2 * sum(t.numel() * t.element_size() for t in self.ref.outputs[expected]) + 2**20
+        path = self.out_dir / f"{label}{OUTPUT_SUFFIX}"
         try:
-            if path.stat().st_size > limit:
-                return f"{path.name} holds {path.stat().st_size:,} bytes, more than the outputs could"
-            got = load_outputs(path)
-        except Exception as exc:  # noqa: BLE001 - whatever the candidate wrote, it is a verdict
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
             return f"{path.name} cannot be read ({type(exc).__name__})"
-        if not isinstance(got, list) or len(got) != len(got_meta) or not all(map(_as_described, got, got_meta)):
-            return f"{path.name} does not hold what forward() returned"
+        try:
+            got = load_outputs(fd, got_meta)
+        except Exception as exc:  # noqa: BLE001 - whatever the candidate wrote, it is a verdict
+            return f"{path.name} {exc}" if isinstance(exc, ValueError) else f"{path.name} cannot be read ({type(exc).__name__})"
+        finally:
+            os.close(fd)
         return got
 
     def compare(self, got: list, expected: str, got_meta: list[dict], trial: int) -> Comparison:
@@ -137,7 +133,7 @@ class _Case:
                      if other != expected and not self.compare(got, other, got_meta, -1).mismatch), "")
 
     def judge_call(self, label: str, expected: str, got_meta: list[dict], trial: int, what: str) -> Outcome | None:
-        got = self.load(label, expected, got_meta)
+        got = self.load(label, got_meta)
         if isinstance(got, str):
             return _cheat("forged_outputs", f"{what}: {got} (the output file was rewritten)", "correctness")
         comparison = self.compare(got, expected, got_meta, trial)

@@ -89,7 +89,7 @@ class Batch:
         s = self.settings
         out_dir.mkdir(parents=True, exist_ok=True)
         return {
-            "role": role, "problem_path": str(problem.path), "candidate_path": str(candidate) if candidate else None,
+            "role": role, "problem_path": str(problem.path), "candidate_path": str(candidate.resolve()) if candidate else None,
             "device": s.device, "overrides": problem.meta.small if s.size == "small" else {},
             "init_seed": self.init_seed, **self._secrets(role),
             "out_dir": str(out_dir), "leak_calls": s.leak_calls, "compile_baseline": s.compile_baseline,
@@ -130,8 +130,9 @@ def _verdict(job: CandidateJob, sha: str, settings: EvalSettings, status: Status
                    cuda_version=torch.version.cuda, **kw)
 
 
-def _read_back(fd: int) -> list:
-    return load_outputs(Path(f"/proc/self/fd/{fd}"))  # the mapping outlives the descriptor
+def _read_back(fds: dict[str, int], report: dict, key: str, suffix: str = "") -> dict[str, list]:
+    """Every label's tensors from its memory file, as described in the report (the mapping outlives the fd)."""
+    return {label: load_outputs(fds[label + suffix], entry[key]) for label, entry in report.items()}
 
 
 def run_reference(batch: Batch, problem: Problem, save_inputs: bool = False) -> Reference:
@@ -150,9 +151,9 @@ def run_reference(batch: Batch, problem: Problem, save_inputs: bool = False) -> 
         report = result.last("trials")["trials"]
         times = timings(result, batch.settings.device)
         return Reference(
-            outputs={label: _read_back(fds[label]) for label in report},
+            outputs=_read_back(fds, report, "outputs"),
             meta={label: entry["outputs"] for label, entry in report.items()}, trials=report,
-            inputs={label: _read_back(fds[f"{label}.inputs"]) for label in report} if save_inputs else {},
+            inputs=_read_back(fds, report, "inputs", ".inputs") if save_inputs else {},
             timing=times.get("model"), compiled=times.get("compiled"))
     finally:
         for fd in fds.values():

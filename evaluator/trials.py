@@ -6,17 +6,18 @@ Every tensor operation of the harness itself runs under guard.trusted() and thro
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import BinaryIO, Callable
+from typing import Callable
 
 import torch
-from torch.utils.serialization import config as serialization_config
 
 from evaluator.guard import trusted
 
 _T = torch._C.TensorBase
+OUTPUT_SUFFIX = ".out"  # raw bytes, read back by evaluator.correctness.load_outputs
 
 
 def as_tensors(value) -> list:
@@ -76,13 +77,33 @@ def snapshot(outputs: list) -> list:
         return [_T.clone(o) if _is_plain(o) else None for o in outputs]
 
 
-def save_outputs(outputs: list, path: Path | BinaryIO) -> list[dict]:
-    """Plain CPU copies, loadable with weights_only=True: nothing of the candidate's objects crosses over.
-    Without CRC32: the parent compares every value anyway, and the checksum made saving ~7x slower."""
+def _raw_bytes(value) -> torch.Tensor | None:
+    """A plain tensor's elements as one contiguous run of bytes (still on its device); None for anything else."""
+    if not _is_plain(value):
+        return None
+    flat = _T.reshape(_T.contiguous(_T.detach(value)), (-1,))
+    return _T.view(flat, torch.uint8)
+
+
+def save_outputs(outputs: list, fd: int) -> list[dict]:
+    """The raw bytes of the plain-tensor outputs, back to back, copied from the device straight into the shared
+    file's pages: no pickling and no host copy in between (torch.save moved ~0.8 GB/s). The description returned,
+    which goes over the result channel, is what the parent reads them back by; nothing of the candidate's
+    objects crosses over."""
     with trusted():
-        plain = [_T.contiguous(_T.to(_T.detach(o), "cpu", copy=True)) if _is_plain(o) else None for o in outputs]
-    serialization_config.save.compute_crc32 = False
-    torch.save(plain, path)
+        raw = [r for r in map(_raw_bytes, outputs) if r is not None]
+        total = sum(_T.numel(r) for r in raw)
+        os.ftruncate(fd, total)
+        if total:
+            with mmap.mmap(fd, total) as pages:
+                offset = 0
+                for r in raw:
+                    n = _T.numel(r)
+                    if n:
+                        dst = torch.frombuffer(pages, dtype=torch.uint8, count=n, offset=offset)
+                        _T.copy_(dst, r)
+                        del dst  # releases the mapping before it closes
+                    offset += n
     return [describe(o) for o in outputs]
 
 
@@ -90,10 +111,13 @@ def saver(out_dir: Path, fds: dict[str, int] | None = None) -> Callable[[list, s
     """Where a child puts its outputs: files in its out dir, or (the reference) the memory files kforge handed
     it, which have no path that a candidate compiling at the same time could open."""
     def save(tensors: list, name: str) -> list[dict]:
-        if fds is None:
-            return save_outputs(tensors, out_dir / f"{name}.pt")
-        with os.fdopen(os.dup(fds[name]), "wb") as fh:
-            return save_outputs(tensors, fh)
+        if fds is not None:
+            return save_outputs(tensors, fds[name])
+        fd = os.open(out_dir / f"{name}{OUTPUT_SUFFIX}", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            return save_outputs(tensors, fd)
+        finally:
+            os.close(fd)
     return save
 
 
@@ -129,7 +153,7 @@ def run_trials(model, problem: ModuleType, seeds: list[tuple[str, int]], device:
                 "calls": calls.model_dump() if calls else None,
             }
             if save_inputs:
-                save(inputs, f"{label}.inputs")
+                report[label]["inputs"] = save(inputs, f"{label}.inputs")
             del inputs, outputs, value
     return report
 

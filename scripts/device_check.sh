@@ -6,7 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
 if [ -d .whl ]; then  # a machine without pydantic/sqlalchemy: install the carried wheels
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 fi
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
@@ -38,7 +38,7 @@ ncu() {  # Nsight Compute agreement; one more kforge evaluation first (it also l
   python3 benchmarks/ncu_compare.py "$KFORGE_DB" ${@:-$REPAIRS} | tee -a "$OUT/ncu.jsonl"
 }
 gpu_tests() {  # every test that needs a GPU: tests/gpu and the GPU reward-hacking classes
-  python3 -m pytest tests/gpu tests/test_reward_hacking.py -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
+  python3 -m pytest tests/gpu tests/test_reward_hacking.py -m gpu -v --durations=0 -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
 }
 adversarial() {  # each adversarial candidate on the GPU, with the status kforge gives it
   kf evaluate tests/adversarial --device cuda --size small --jobs 14 --json | tee "$OUT/adversarial.jsonl"

@@ -164,6 +164,30 @@ def test_expected_outputs_never_get_a_path_on_disk(cpu_settings):
     assert seen <= {"child.log"}, seen
 
 
+def test_outputs_cross_as_raw_bytes_and_a_rewritten_file_is_refused(tmp_path):
+    """What a child saves is read back bit for bit, whatever the dtype or shape (non-contiguous, 0-dim, empty,
+    not a tensor); a file of any other size than its description is refused, not misread."""
+    import torch
+
+    from evaluator.correctness import load_outputs
+    from evaluator.trials import save_outputs
+
+    outputs = [torch.randn(3, 4).t(), torch.tensor(True), torch.arange(5, dtype=torch.int64), None,
+               torch.randn(2, 0), torch.randn(7).half(), torch.tensor([1 + 2j], dtype=torch.complex64), 3]
+    fd = os.memfd_create("out")
+    meta = save_outputs(outputs, fd)
+    back = load_outputs(fd, meta)
+    for got, sent in zip(back, outputs):
+        if isinstance(sent, torch.Tensor):
+            assert got.dtype == sent.dtype and got.shape == sent.shape and torch.equal(got, sent)
+        else:
+            assert got is None
+    os.ftruncate(fd, os.fstat(fd).st_size - 1)
+    with pytest.raises(ValueError, match="holds 110 bytes, not the 111 of the outputs"):
+        load_outputs(fd, meta)
+    os.close(fd)
+
+
 def _child_with_torch_loaded() -> bool:
     """Is there an evaluator child that has already loaded torch's library (it maps libtorch)?"""
     for proc in Path("/proc").glob("[0-9]*"):

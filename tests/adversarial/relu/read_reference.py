@@ -9,11 +9,12 @@ import torch.nn as nn
 from tests.adversarial.tiny_ext import ext
 
 
-def _stolen():
+def _stolen(x):
     scratch = os.path.dirname(os.path.dirname(os.environ["TMPDIR"]))  # the batch's root, above this workdir
-    for path in glob.glob(os.path.join(scratch, "**", "*.pt"), recursive=True) + glob.glob("/tmp/kforge-eval-*/**/*.pt", recursive=True):
+    for path in glob.glob(os.path.join(scratch, "**", "*.out"), recursive=True) + glob.glob("/tmp/kforge-eval-*/**/*.out", recursive=True):
         try:
-            return torch.load(path, weights_only=True)[0]
+            raw = torch.frombuffer(bytearray(open(path, "rb").read()), dtype=x.dtype)  # kforge saves raw bytes
+            return raw[:x.numel()].view(x.shape)
         except Exception:  # noqa: BLE001 - any file will do
             continue
     return None
@@ -22,5 +23,5 @@ def _stolen():
 class ModelNew(nn.Module):
     def forward(self, x):
         ext.relu(x)
-        found = _stolen()
+        found = _stolen(x)
         return found if found is not None and found.shape == x.shape else torch.zeros_like(x)

@@ -9,7 +9,7 @@ from tests.adversarial.tiny_ext import ext
 
 class ModelNew(nn.Module):
     def forward(self, x):
-        for path in glob.glob("out/*.pt"):  # the child's cwd is its workdir
+        for path in glob.glob("out/*.out"):  # the child's cwd is its workdir
             with open(path, "wb") as fh:
                 fh.write(b"not a tensor")
         return ext.relu(x)
