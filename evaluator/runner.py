@@ -15,7 +15,7 @@ import time
 import queue
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import torch
 from pydantic import BaseModel
@@ -31,6 +31,7 @@ from reference_problems import Problem
 _log = logging.getLogger(__name__)
 
 DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
+T = TypeVar("T")
 
 
 class EvaluatorError(RuntimeError):
@@ -135,16 +136,18 @@ def _read_back(fds: dict[str, int], report: dict, key: str, suffix: str = "") ->
     return {label: load_outputs(fds[label + suffix], entry[key]) for label, entry in report.items()}
 
 
-def run_reference(batch: Batch, problem: Problem, save_inputs: bool = False) -> Reference:
+def run_reference(batch: Batch, problem: Problem, save_inputs: bool = False,
+                  gate: Callable[[], str | None] | None = None) -> Reference:
     """Run the problem's Model in its own child, which writes its outputs into memory files that kforge made
-    and passed it: expected outputs never get a path on disk, so candidates compiling meanwhile cannot read them."""
+    and passed it: expected outputs never get a path on disk, so candidates compiling meanwhile cannot read them.
+    `gate` (see run_child) hands it a device once one is free; without one it runs on the batch's first."""
     workdir = batch.root / "ref" / problem.sha256[:16]
     labels = [label for label, _ in batch.reference_seeds()]
     names = labels + [f"{label}.inputs" for label in labels if save_inputs]
     fds = {name: os.memfd_create(f"kforge-{name}", os.MFD_CLOEXEC) for name in names}
     try:
         result = batch.run("reference", problem, workdir, workdir / "build", gpu=batch.gpus[0], pass_fds=tuple(fds.values()),
-                           save_inputs=save_inputs, output_fds=fds)
+                           gate=gate, save_inputs=save_inputs, output_fds=fds)
         if ended_badly(result, batch.settings.limits.timeout_s, 0) or not result.last("trials"):
             raise EvaluatorError(f"reference problem '{problem.name}' failed to run: {result.log_tail(800).strip()}")
         _log.info("reference %s ran %.1f s: %s", problem.name, result.wall_s, result.stage_seconds())
@@ -204,10 +207,11 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
     return batch.run("compile", prep.job.problem, prep.workdir / "compile", prep.build_dir, prep.job.path)
 
 
-def _on_free_device(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict:
-    """One candidate at a time per device, on whichever of the batch's GPUs (or the CPU) is free. On CUDA its
-    child starts (interpreter and torch, seconds) while it waits for a GPU; on CPU only once the CPU is free, so
-    that start cannot slow another candidate's timed run. A failed compile waits for no device."""
+def _on_free_device(batch: Batch, run: Callable[[Callable[[], str | None]], T]) -> tuple[T, str | None]:
+    """run(take) with one device of the batch held from the moment its child calls take() (its gate) until it
+    ends: one child at a time per device, on whichever of the batch's GPUs (or the CPU) is free. On CUDA the
+    child starts (interpreter and torch, seconds) while it waits for a GPU; on CPU only once the CPU is free,
+    so that start cannot slow another child's timed run. A child that never calls take() holds no device."""
     held: list[str | None] = []
 
     def take() -> str | None:
@@ -218,12 +222,25 @@ def _on_free_device(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Ver
     try:
         if batch.settings.device == "cpu":
             take()
-        verdict = _evaluate_compiled(batch, prep, compiled, take)
+        return run(take), (held[0] if held else None)
     finally:
         if held:
             batch.free_gpus.put(held[0])
-    verdict.evidence.gpu = held[0] if held else None
+
+
+def _judge_candidate(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict:
+    """A failed compile waits for no device."""
+    verdict, gpu = _on_free_device(batch, lambda take: _evaluate_compiled(batch, prep, compiled, take))
+    verdict.evidence.gpu = gpu
     return verdict
+
+
+def _run_references(batch: Batch, problems: list[Problem], pool: ThreadPoolExecutor) -> None:
+    """Every problem's reference, one per free device like candidates (so the next child starts meanwhile)."""
+    futures = {p.sha256: pool.submit(_on_free_device, batch, lambda take, p=p: run_reference(batch, p, gate=take))
+               for p in problems}
+    for sha, future in futures.items():
+        batch.references[sha] = future.result()[0]
 
 
 def _evaluate_compiled(batch: Batch, prep: _Prepared, compiled: ChildResult, take: Callable[[], str | None]) -> Verdict:
@@ -266,9 +283,8 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings) -> Iterator[Verdi
         start_compiles = lambda: {compilers.submit(_compile, batch, prep): prep for prep in prepared}  # noqa: E731
         cpu = settings.device == "cpu"  # CPU timings must not share the cores with compilers
         compiling = {} if cpu else start_compiles()
-        for prep in prepared:  # on CUDA while the compiles run; every reference before any candidate child
-            if prep.job.problem.sha256 not in batch.references:
-                batch.references[prep.job.problem.sha256] = run_reference(batch, prep.job.problem)
+        problems = {prep.job.problem.sha256: prep.job.problem for prep in prepared}
+        _run_references(batch, list(problems.values()), runners)  # on CUDA while the compiles run
         if cpu:
             compiling = start_compiles()
             wait(compiling)
@@ -277,7 +293,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings) -> Iterator[Verdi
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 if future in compiling:
-                    pending.add(runners.submit(_on_free_device, batch, compiling[future], future.result()))
+                    pending.add(runners.submit(_judge_candidate, batch, compiling[future], future.result()))
                 else:
                     yield future.result()
     finally:

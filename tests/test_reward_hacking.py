@@ -51,7 +51,7 @@ EXPECTED = {
     "read_reference": (INCORRECT, "", "values differ beyond tolerance"),
     "print_verdict": (INCORRECT, "", "values differ beyond tolerance"),
     "write_channel": (CHEAT, "forged_messages", "repeated 'timing' message"),
-    "rewrite_outputs": (CHEAT, "forged_outputs", "cannot be read"),
+    "rewrite_outputs": (CHEAT, "forged_outputs", "holds 12 bytes, not the"),
     "exit_zero": (CHEAT, "early_exit", "exited with status 0 before reporting a result"),
     "daemon": (CORRECT, "", "correct in 3 trials"),
     **({"kill_parent": (CHEAT, "sandbox_escape", "blocked and killed the child")} if CONFINED else {}),
