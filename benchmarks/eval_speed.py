@@ -58,7 +58,8 @@ def naive(jobs: list[CandidateJob], settings: EvalSettings, label: str = "naive"
         try:
             per[job.path.name] = _naive_one(job, settings)
         except Exception as exc:  # noqa: BLE001 - the naive way has no sandbox: a failure just ends this candidate
-            per[job.path.name] = {"error": type(exc).__name__}
+            first = (str(exc).strip().splitlines() or [""])[0][:160]
+            per[job.path.name] = {"error": f"{type(exc).__name__}: {first}"}
         _progress(label, job.path.name, per[job.path.name], start)
     return {"wall_s": time.perf_counter() - start, "candidates": per}
 
@@ -82,6 +83,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--modes", default="cold,warm,naive", help="which of cold, warm, naive to run, in that order")
     args = parser.parse_args()
+    report_to = os.fdopen(os.dup(1), "w")  # the report alone; builds run in-process (naive) print to fd 1
+    os.dup2(2, 1)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # the evaluator's reference run times
     modes = args.modes.split(",")
     jobs = _jobs(args.directory)
@@ -96,7 +99,7 @@ def main() -> None:
                                 "cold_over_warm": ("kforge_cold", "kforge_warm")}.items():
         if slow in report and fast in report:
             report[ratio] = report[slow]["wall_s"] / report[fast]["wall_s"]
-    print(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1), file=report_to)
 
 
 if __name__ == "__main__":
