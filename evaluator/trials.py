@@ -6,7 +6,7 @@ Every tensor operation of the harness itself runs under guard.trusted() and thro
 
 from __future__ import annotations
 
-import mmap
+import ctypes
 import os
 from pathlib import Path
 from types import ModuleType
@@ -85,25 +85,39 @@ def _raw_bytes(value) -> torch.Tensor | None:
     return _T.view(flat, torch.uint8)
 
 
+_STAGE_BYTES = 2**26  # a device output goes to the file through a pinned buffer of this size
+
+
+def _write(fd: int, host: torch.Tensor) -> None:
+    """write() the bytes of a contiguous CPU uint8 tensor: the kernel fills the file's pages itself (a copy into
+    mapped pages page-faults every 4 KiB and ran at ~1 GB/s)."""
+    view = memoryview((ctypes.c_char * _T.numel(host)).from_address(_T.data_ptr(host))).cast("B")
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _write_raw(fd: int, raw: torch.Tensor) -> None:
+    """One output's bytes, appended to the file; from a GPU in pinned chunks, copied at full link speed."""
+    n = _T.numel(raw)
+    if _T.device.__get__(raw).type == "cpu":
+        _write(fd, raw)
+        return
+    stage = torch.empty(min(n, _STAGE_BYTES), dtype=torch.uint8, pin_memory=True)
+    for start in range(0, n, _STAGE_BYTES):
+        length = min(_STAGE_BYTES, n - start)
+        chunk = _T.narrow(stage, 0, 0, length)
+        _T.copy_(chunk, _T.narrow(raw, 0, start, length))  # synchronous: the buffer is refilled next round
+        _write(fd, chunk)
+
+
 def save_outputs(outputs: list, fd: int) -> list[dict]:
-    """The raw bytes of the plain-tensor outputs, back to back, copied from the device straight into the shared
-    file's pages: no pickling and no host copy in between (torch.save moved ~0.8 GB/s). The description returned,
-    which goes over the result channel, is what the parent reads them back by; nothing of the candidate's
-    objects crosses over."""
+    """The raw bytes of the plain-tensor outputs, back to back: no pickling, and from a GPU no whole host copy
+    first (torch.save moved ~0.8 GB/s). The description returned, which goes over the result channel, is what
+    the parent reads them back by; nothing of the candidate's objects crosses over."""
     with trusted():
-        raw = [r for r in map(_raw_bytes, outputs) if r is not None]
-        total = sum(_T.numel(r) for r in raw)
-        os.ftruncate(fd, total)
-        if total:
-            with mmap.mmap(fd, total) as pages:
-                offset = 0
-                for r in raw:
-                    n = _T.numel(r)
-                    if n:
-                        dst = torch.frombuffer(pages, dtype=torch.uint8, count=n, offset=offset)
-                        _T.copy_(dst, r)
-                        del dst  # releases the mapping before it closes
-                    offset += n
+        for raw in map(_raw_bytes, outputs):
+            if raw is not None and _T.numel(raw):
+                _write_raw(fd, raw)
     return [describe(o) for o in outputs]
 
 
