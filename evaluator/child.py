@@ -1,7 +1,8 @@
 """Entry point of an evaluator child process: `python -m evaluator.child REQUEST_FD RESULT_FD`.
 
 Roles: `compile` (import the candidate, which builds it), `candidate` (correctness, leaks, timing of ModelNew),
-`reference` (the problem's Model: reference outputs and baseline timings, in a process no candidate touched).
+`reference` (the problem's Model: reference outputs and baseline timings, in a process no candidate touched; it
+then stays as the comparer of the problem's candidates' outputs).
 The candidate role also watches the candidate: which extensions it builds and calls (extensions.py), and
 whether it tampers with the harness (guard.py).
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator import confine, extensions, guard, hardware, leaks, loading, precompiled, timing, trials
+from evaluator import comparer, confine, extensions, guard, hardware, leaks, loading, precompiled, timing, trials
 
 
 class Channel:
@@ -70,12 +71,13 @@ def _time(chan: Channel, req: dict, call, **hooks) -> None:
     chan.send("timing", which="model", samples=samples)
 
 
-def _probe(req: dict, model, problem, inputs: list, before: list[int], kept: dict[str, list]) -> dict:
+def _probe(req: dict, model, problem, inputs: list, before: list[int], kept: dict[str, list], save) -> dict:
     """Outputs of timed calls, then one more call after fresh data was written into the same input tensors."""
-    device, save = req["device"], trials.saver(Path(req["out_dir"]))
+    device = req["device"]
     _sync(device)()
     changed = trials.fingerprint(inputs) != before
     outputs = {label: save(outs, label) for label, outs in kept.items()}
+    kept.clear()
     if trials.refill(inputs, problem, req["verify_seed"], device):
         with torch.no_grad():
             value = model(*inputs)
@@ -89,11 +91,20 @@ def _memory(chan: Channel, device: str) -> None:
         chan.send("memory", peak_cuda_allocated=torch.cuda.max_memory_allocated(), host_rss=leaks.rss())
 
 
-def _run_candidate(chan: Channel, req: dict, model, problem, watch: extensions.KernelWatch, check) -> None:
+def _handoff(chan: Channel, requests, req: dict):
+    """The candidate's saver: each call's outputs go to the comparer, and the child waits until they are judged."""
+    def send(label: str, outputs: list[dict]) -> None:
+        chan.send("outputs", which=label, outputs=outputs)
+        if not requests.readline():
+            raise RuntimeError("kforge stopped answering while the outputs were judged")
+    return trials.handoff(Path(req["out_dir"]), req["device"], send)
+
+
+def _run_candidate(chan: Channel, req: dict, model, problem, watch: extensions.KernelWatch, check, save) -> None:
     """Correctness (watched), leak check, timing with output snapshots, and a stale-result probe."""
     device = req["device"]
     chan.send("stage", stage="correctness")
-    report = trials.run_trials(model, problem, req["seeds"], device, trials.saver(Path(req["out_dir"])), _sync(device), watch)
+    report = trials.run_trials(model, problem, req["seeds"], device, save, _sync(device), watch)
     chan.send("trials", trials=report)
     check("correctness")
     inputs = trials.make_inputs(problem, req["timing_seed"], device)
@@ -107,18 +118,25 @@ def _run_candidate(chan: Channel, req: dict, model, problem, watch: extensions.K
         _time(chan, req, call, on_rep=keeper)
         check("timing")
         chan.send("stage", stage="probe")
-        chan.send("probe", **_probe(req, model, problem, inputs, before, keeper.kept))
+        chan.send("probe", **_probe(req, model, problem, inputs, before, keeper.kept, save))
         check("probe")
     _memory(chan, device)
 
 
-def _run_reference(chan: Channel, req: dict, model, problem) -> None:
-    """Reference outputs for every seed the candidate will see, then baseline timings."""
+def _footprint(device: str, expected: comparer.Expected) -> int:
+    if device != "cuda":
+        return expected.held
+    torch.cuda.empty_cache()  # what stays reserved is what the comparer holds while candidates run
+    return torch.cuda.memory_reserved()
+
+
+def _run_reference(chan: Channel, req: dict, model, problem, requests) -> None:
+    """Reference outputs for every seed the candidate will see (kept on the device as far as the budget goes),
+    baseline timings, then serve as the comparer of this problem's candidates until told to close."""
     device = req["device"]
+    expected = comparer.Expected(model, problem, dict(req["seeds"]), device, req["resident_bytes"])
     chan.send("stage", stage="correctness")
-    save = trials.saver(Path(req["out_dir"]), req["output_fds"])
-    report = trials.run_trials(model, problem, req["seeds"], device, save, _sync(device),
-                               save_inputs=req.get("save_inputs", False))
+    report = trials.run_trials(model, problem, req["seeds"], device, expected.keep, _sync(device))
     chan.send("trials", trials=report)
     if req["timing"]["enabled"]:
         inputs = trials.make_inputs(problem, req["timing_seed"], device)
@@ -126,7 +144,13 @@ def _run_reference(chan: Channel, req: dict, model, problem) -> None:
         if req.get("compile_baseline"):
             compiled = torch.compile(model)
             chan.send("timing", which="compiled", samples=_bench(lambda: compiled(*inputs), req))
+        del inputs
     _memory(chan, device)
+    judge = comparer.Comparer(expected, req["atol"], req["rtol"])
+    audit = judge.audit() if req.get("audit") else []
+    chan.send("stage", stage="serving")
+    chan.send("ready", footprint=_footprint(device, expected), audit=audit)
+    comparer.serve(chan, requests, judge)
 
 
 def _pin(gpu: str | None) -> None:
@@ -138,7 +162,7 @@ def _pin(gpu: str | None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
 
 
-def _serve(chan: Channel, req: dict, confined: bool) -> None:
+def _serve(chan: Channel, req: dict, confined: bool, requests) -> None:
     device = req["device"]
     _pin(req.get("gpu"))
     _strict_fp32()
@@ -147,7 +171,7 @@ def _serve(chan: Channel, req: dict, confined: bool) -> None:
     chan.send("env", **_environment(device), confined=confined)
     problem = loading.load_problem(Path(req["problem_path"]), req["overrides"])
     if req["role"] == "reference":
-        return _run_reference(chan, req, trials.build_model(problem.Model, problem, req["init_seed"], device), problem)
+        return _run_reference(chan, req, trials.build_model(problem.Model, problem, req["init_seed"], device), problem, requests)
     build_dir, candidate = Path(os.environ["TORCH_EXTENSIONS_DIR"]), Path(req["candidate_path"])
     headers = precompiled.Headers(build_dir.parent)  # the build root: shared by every candidate's build
     headers.install()  # both roles: the candidate child must write the same build.ninja, or ninja rebuilds
@@ -166,17 +190,18 @@ def _serve(chan: Channel, req: dict, confined: bool) -> None:
         chan.send("stage", stage="init")
         model = trials.build_model(module.ModelNew, problem, req["init_seed"], device)
         judge.check("in __init__")
-        _run_candidate(chan, req, model, problem, watch, lambda stage: judge.check(f"during {stage}"))
+        _run_candidate(chan, req, model, problem, watch, lambda stage: judge.check(f"during {stage}"),
+                       _handoff(chan, requests, req))
 
 
 def main() -> None:
     confined = confine.forbid_touching_parent()  # before anything reads candidate or problem code
     request_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
-    with os.fdopen(request_fd, "rb") as fh:
-        req = json.loads(fh.read())
+    requests = os.fdopen(request_fd, "rb")  # the request, then (reference, candidate) the parent's answers
+    req = json.loads(requests.readline())
     chan = Channel(result_fd)
     try:
-        _serve(chan, req, confined)
+        _serve(chan, req, confined, requests)
     except guard.Tampered as exc:
         chan.send("cheat", exploit="judge_tampering", detail=f"replaced what the judge relies on {exc}")
         sys.stdout.flush()

@@ -21,6 +21,7 @@ class Status(str, enum.Enum):
     INCORRECT = "incorrect"
     LEAK = "leak"
     CHEAT = "cheat"  # caught gaming the judge
+    REFERENCE_ERROR = "reference_error"  # kforge's side failed (the problem's reference): no verdict on the candidate
     CORRECT = "correct"
 
 

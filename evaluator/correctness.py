@@ -18,7 +18,7 @@ class Comparison(NamedTuple):
     tolerance_used: float  # max |got - exp| / (atol + rtol * |exp|): 1.0 is the limit
 
 
-def _layout(meta: dict) -> tuple[torch.dtype, list[int], int] | None:
+def layout(meta: dict) -> tuple[torch.dtype, list[int], int] | None:
     """(dtype, shape, bytes) of one described output; None where the harness saved no tensor."""
     if not meta.get("exact_tensor"):
         return None
@@ -33,7 +33,7 @@ def load_outputs(fd: int, metas: list[dict]) -> list:
     """Tensors over a private mapping of a child's raw output file, laid out as `metas` (the descriptions the
     harness sent) say: a multi-GB output is read page by page as it is compared, never parsed or copied first.
     ValueError if the file is not exactly that size (a rewritten file)."""
-    layouts = [_layout(m) for m in metas]
+    layouts = [layout(m) for m in metas]
     expected, size = sum(lay[2] for lay in layouts if lay), os.fstat(fd).st_size
     if size != expected:
         raise ValueError(f"holds {size:,} bytes, not the {expected:,} of the outputs forward() returned")

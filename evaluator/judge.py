@@ -1,4 +1,4 @@
-"""The verdict on one candidate child, reached in the parent from its messages and saved outputs.
+"""The verdict on one candidate child, reached in the parent from its messages and the comparer's answers.
 
 Checks run in order and the first that fails decides: the result channel, what the child itself caught
 (tampering), how it ended, the correctness trials, the outputs of timed calls and of a call on fresh data
@@ -8,38 +8,34 @@ possible. Each `cheat` names its exploit in Evidence.exploit.
 
 from __future__ import annotations
 
-import os
 import signal
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from evaluator import diagnose
-from evaluator.contracts import EvalSettings, Evidence, Status, TimingStats
-from evaluator.correctness import Comparison, judge_outputs, load_outputs
+from evaluator.contracts import EvalSettings, Evidence, Mismatch, Status, TimingStats
 from evaluator.hardware import device_name, peak
 from evaluator.sandbox import ChildResult
-from evaluator.trials import OUTPUT_SUFFIX
 from evaluator.timing import implausible, method_name, summarize
 from reference_problems import ProblemMeta
 
 _LEAK_MIN_BYTES = {"host_rss": 16 * 2**20, "cuda_allocated": 2**20, "cuda_reserved": 2**20, "cuda_driver_used": 8 * 2**20}
+HANDED_PROBES = {"timed_rep": "timing", "timed_last": "timing", "verify": "verify"}  # probe label -> expected label
 _FLOOR_FACTOR = 0.5  # a median below half the bandwidth floor is impossible, not just fast
-_PROBE_EXPECTED = {"timed_rep": "timing", "timed_last": "timing", "verify": "verify"}
 
 
 @dataclass
 class Reference:
-    """The trusted reference run of one problem, held in the parent's memory (it came over memory files that
-    never had a path on disk, so no candidate can read the expected outputs from disk)."""
+    """What the parent keeps of a problem's reference run: descriptions and timings. The expected outputs stay
+    with the problem's comparer (evaluator.comparer), on the evaluation device."""
 
-    outputs: dict[str, list]  # label -> output tensors
     meta: dict[str, list[dict]]  # label -> describe() of each output
     trials: dict[str, dict]
-    inputs: dict[str, list] = field(default_factory=dict)  # label -> inputs, only when asked for (audit)
     timing: TimingStats | None = None
     compiled: TimingStats | None = None
+    footprint: int = 0  # bytes the comparer holds on its device (host bytes on CPU)
+    audit: list[dict] = field(default_factory=list)
 
     @property
     def max_input_numel(self) -> int:
@@ -103,49 +99,28 @@ class _Case:
     ref: Reference
     meta: ProblemMeta
     settings: EvalSettings
-    out_dir: Path
+    comparisons: dict[str, dict]  # label -> the comparer's answer on that handed-over call
     max_abs_err: float = 0.0
     tolerance_used: float = 0.0
 
-    def load(self, label: str, got_meta: list[dict]) -> list | str:
-        """The candidate's saved outputs, or why the file cannot be what the harness wrote: the candidate can
-        rewrite its own output files, and a huge or malformed one must not take the parent down."""
-        path = self.out_dir / f"{label}{OUTPUT_SUFFIX}"
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as exc:
-            return f"{path.name} cannot be read ({type(exc).__name__})"
-        try:
-            got = load_outputs(fd, got_meta)
-        except Exception as exc:  # noqa: BLE001 - whatever the candidate wrote, it is a verdict
-            return f"{path.name} {exc}" if isinstance(exc, ValueError) else f"{path.name} cannot be read ({type(exc).__name__})"
-        finally:
-            os.close(fd)
-        return got
-
-    def compare(self, got: list, expected: str, got_meta: list[dict], trial: int) -> Comparison:
-        return judge_outputs(trial, self.ref.outputs[expected], self.ref.meta[expected], got, got_meta,
-                             self.meta.atol, self.meta.rtol, self.settings.device)
-
-    def stale_source(self, got: list, expected: str, got_meta: list[dict]) -> str:
-        """The other call whose expected output this one matches: a cached or leftover result."""
-        return next((other for other in self.ref.outputs
-                     if other != expected and not self.compare(got, other, got_meta, -1).mismatch), "")
-
-    def judge_call(self, label: str, expected: str, got_meta: list[dict], trial: int, what: str) -> Outcome | None:
-        got = self.load(label, got_meta)
-        if isinstance(got, str):
-            return _cheat("forged_outputs", f"{what}: {got} (the output file was rewritten)", "correctness")
-        comparison = self.compare(got, expected, got_meta, trial)
-        if comparison.mismatch is None:
-            self.max_abs_err = max(self.max_abs_err, comparison.max_abs_err)
-            self.tolerance_used = max(self.tolerance_used, comparison.tolerance_used)
+    def judge_call(self, label: str, trial: int, what: str) -> Outcome | None:
+        """The comparer's answer on one call; a call whose outputs were never handed over, or cannot be read
+        as described, was forged by the candidate."""
+        answer = self.comparisons.get(label)
+        if answer is None:
+            return _cheat("forged_outputs", f"{what}: its outputs were never handed to the comparer", "correctness")
+        if answer.get("comparer_died"):
+            return Outcome(Status.REFERENCE_ERROR, Evidence(stage="correctness", cause=f"{what}: {answer['error']}"))
+        if answer.get("error"):
+            return _cheat("forged_outputs", f"{what}: the outputs handed over cannot be read ({answer['error']})", "correctness")
+        if answer["mismatch"] is None:
+            self.max_abs_err = max(self.max_abs_err, answer["max_abs_err"])
+            self.tolerance_used = max(self.tolerance_used, answer["tolerance_used"])
             return None
-        stale = self.stale_source(got, expected, got_meta)
-        if stale:
-            return _cheat("stale_output", f"{what} returned the expected output of another call ({stale}): a cached "
-                                          "or leftover result", "correctness", mismatch=comparison.mismatch)
-        m = comparison.mismatch
+        m = Mismatch(**answer["mismatch"])
+        if answer["stale"]:
+            return _cheat("stale_output", f"{what} returned the expected output of another call ({answer['stale']}): a cached "
+                                          "or leftover result", "correctness", mismatch=m)
         where = f"; max abs err {m.max_abs_err:.3g} at {m.worst_index}" if m.worst_index else ""
         return Outcome(Status.INCORRECT, Evidence(stage="correctness", mismatch=m, cause=f"{what}: {m.reason}{where}"))
 
@@ -169,11 +144,13 @@ def _trials(case: _Case) -> Outcome | None:
     labels = [f"trial_{i}" for i in range(case.settings.trials)]
     if sorted(report) != sorted(labels):
         return _cheat("forged_messages", f"the trials message reports {sorted(report)}, not the trials run", "correctness")
+    if unexpected := sorted(set(case.comparisons) - set(labels) - set(HANDED_PROBES)):
+        return _cheat("forged_messages", f"outputs handed over for calls the harness never makes: {unexpected}", "correctness")
     for trial, label in enumerate(labels):
         entry = report[label]
         if entry["inputs_changed"]:
             return _cheat("input_mutation", f"trial {trial}: forward() modified its inputs", "correctness")
-        if found := case.judge_call(label, label, entry["outputs"], trial, f"trial {trial}"):
+        if found := case.judge_call(label, trial, f"trial {trial}"):
             return found
     return None
 
@@ -185,8 +162,8 @@ def _probe(case: _Case) -> Outcome | None:
     if probe["inputs_changed"]:
         return _cheat("input_mutation", "forward() modified its inputs during the leak check or timing", "timing")
     what = {"timed_rep": "a timed call", "timed_last": "the last timed call", "verify": "a call after new data was written into the same input tensors"}
-    for label, got_meta in probe["outputs"].items():
-        if found := case.judge_call(label, _PROBE_EXPECTED[label], got_meta, -1, f"{what[label]} (after the trials passed)"):
+    for label in probe["outputs"]:
+        if found := case.judge_call(label, -1, f"{what[label]} (after the trials passed)"):
             return found
     return None
 
@@ -246,10 +223,10 @@ def _timing(case: _Case) -> Outcome | None:
 _CHECKS = (_channel, _caught_in_child, _ended, _trials, _probe, _kernel, _leak, _timing)
 
 
-def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: EvalSettings, out_dir: Path) -> Outcome:
+def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: EvalSettings, comparisons: dict[str, dict]) -> Outcome:
     """The first failing check decides. The harness only sends well-formed messages, so one the checks
     cannot read was written by the candidate: a verdict, never a crash of kforge."""
-    case = _Case(result, ref, meta, settings, out_dir)
+    case = _Case(result, ref, meta, settings, comparisons)
     try:
         for check in _CHECKS:
             if found := check(case):

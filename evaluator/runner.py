@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import platform
 import secrets
 import shutil
 import tempfile
 import threading
 import time
-import queue
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
@@ -21,10 +19,11 @@ import torch
 from pydantic import BaseModel
 
 from evaluator.contracts import EvalSettings, Evidence, Status, Verdict
-from evaluator.correctness import load_outputs
 from evaluator.hardware import device_name, visible_gpus
-from evaluator.judge import Outcome, Reference, ended_badly, judge, timings
-from evaluator.sandbox import ChildResult, run_child
+from evaluator.judge import HANDED_PROBES, Outcome, ended_badly, judge
+from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
+from evaluator.sandbox import Child, ChildResult, run_child
+from evaluator.trials import OUTPUT_SUFFIX
 from evaluator.static import check_source
 from reference_problems import Problem
 
@@ -66,11 +65,9 @@ class Batch:
         self.timing_seed, self.verify_seed = secrets.randbits(31), secrets.randbits(31)
         self.probe_fraction = 0.2 + 0.6 * secrets.randbelow(1000) / 1000  # which timed rep gets its output checked
         self.build_root = settings.build_root or DEFAULT_BUILD_ROOT
-        self.references: dict[str, Reference] = {}
         self.stop = threading.Event()  # set when the batch ends early: running children are stopped
-        self.free_gpus: queue.Queue = queue.Queue()
-        for gpu in self.gpus:
-            self.free_gpus.put(gpu)
+        self._free = set(self.gpus)
+        self._freed = threading.Condition()
 
     def reference_seeds(self) -> list[tuple[str, int]]:
         """The reference computes every output a candidate is checked against: its trials, timed and verify calls."""
@@ -92,7 +89,7 @@ class Batch:
         return {
             "role": role, "problem_path": str(problem.path), "candidate_path": str(candidate.resolve()) if candidate else None,
             "device": s.device, "overrides": problem.meta.small if s.size == "small" else {},
-            "init_seed": self.init_seed, **self._secrets(role),
+            "init_seed": self.init_seed, **self._secrets(role), "atol": problem.meta.atol, "rtol": problem.meta.rtol,
             "out_dir": str(out_dir), "leak_calls": s.leak_calls, "compile_baseline": s.compile_baseline,
             "cpu_threads": s.cpu_threads,
             "timing": {"enabled": s.timing, "warmup_ms": s.warmup_ms, "rep_ms": s.rep_ms, "min_reps": s.min_reps,
@@ -100,21 +97,32 @@ class Batch:
             **extra,
         }
 
+    def spawn(self, workdir: Path, build_dir: Path, on_message: Callable[[dict], dict | None] | None = None) -> Child:
+        """An evaluator child, started (interpreter and torch load) but not yet given its request."""
+        return Child(workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu",
+                     stop=self.stop, on_message=on_message)
+
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
-            gpu: str | None = None, pass_fds: tuple[int, ...] = (), gate: Callable[[], str | None] | None = None,
-            **extra) -> ChildResult:
+            gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:
         request = self.request(role, problem, workdir / "out", candidate, **extra)
         return run_child(request, workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu",
-                         stop=self.stop, gpu=gpu, pass_fds=pass_fds, gate=gate)
+                         stop=self.stop, gate=gate)
 
-    def take_device(self) -> str | None:
-        """A free device of the batch (waits for one); gives up when the batch is stopped."""
-        while not self.stop.is_set():
-            try:
-                return self.free_gpus.get(timeout=0.25)
-            except queue.Empty:
-                pass
+    def take_device(self, want: str | None = None) -> str | None:
+        """A free device of the batch, or device `want` (waits for it); gives up when the batch is stopped."""
+        with self._freed:
+            while not self.stop.is_set():
+                free = [want] if want in self._free else [] if want is not None else sorted(self._free, key=str)
+                if free:
+                    self._free.discard(free[0])
+                    return free[0]
+                self._freed.wait(timeout=0.25)
         raise EvaluatorError("the batch was stopped")
+
+    def give_back(self, device: str | None) -> None:
+        with self._freed:
+            self._free.add(device)
+            self._freed.notify_all()
 
 
 def build_key(source: str, device: str) -> str:
@@ -129,39 +137,6 @@ def _verdict(job: CandidateJob, sha: str, settings: EvalSettings, status: Status
     return Verdict(status=status, problem=job.problem.name, solution_sha256=sha, solution_path=str(job.path),
                    device=settings.device, size=settings.size, torch_version=torch.__version__,
                    cuda_version=torch.version.cuda, **kw)
-
-
-def _read_back(fds: dict[str, int], report: dict, key: str, suffix: str = "") -> dict[str, list]:
-    """Every label's tensors from its memory file, as described in the report (the mapping outlives the fd)."""
-    return {label: load_outputs(fds[label + suffix], entry[key]) for label, entry in report.items()}
-
-
-def run_reference(batch: Batch, problem: Problem, save_inputs: bool = False,
-                  gate: Callable[[], str | None] | None = None) -> Reference:
-    """Run the problem's Model in its own child, which writes its outputs into memory files that kforge made
-    and passed it: expected outputs never get a path on disk, so candidates compiling meanwhile cannot read them.
-    `gate` (see run_child) hands it a device once one is free; without one it runs on the batch's first."""
-    workdir = batch.root / "ref" / problem.sha256[:16]
-    labels = [label for label, _ in batch.reference_seeds()]
-    names = labels + [f"{label}.inputs" for label in labels if save_inputs]
-    fds = {name: os.memfd_create(f"kforge-{name}", os.MFD_CLOEXEC) for name in names}
-    try:
-        result = batch.run("reference", problem, workdir, workdir / "build", gpu=batch.gpus[0], pass_fds=tuple(fds.values()),
-                           gate=gate, save_inputs=save_inputs, output_fds=fds)
-        if ended_badly(result, batch.settings.limits.timeout_s, 0) or not result.last("trials"):
-            raise EvaluatorError(f"reference problem '{problem.name}' failed to run: {result.log_tail(800).strip()}")
-        _log.info("reference %s ran %.1f s: %s", problem.name, result.wall_s, result.stage_seconds())
-        report = result.last("trials")["trials"]
-        times = timings(result, batch.settings.device)
-        return Reference(
-            outputs=_read_back(fds, report, "outputs"),
-            meta={label: entry["outputs"] for label, entry in report.items()}, trials=report,
-            inputs=_read_back(fds, report, "inputs", ".inputs") if save_inputs else {},
-            timing=times.get("model"), compiled=times.get("compiled"))
-    finally:
-        for fd in fds.values():
-            os.close(fd)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _notes(compiled: ChildResult, result: ChildResult) -> list[str]:
@@ -207,16 +182,20 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
     return batch.run("compile", prep.job.problem, prep.workdir / "compile", prep.build_dir, prep.job.path)
 
 
-def _on_free_device(batch: Batch, run: Callable[[Callable[[], str | None]], T]) -> tuple[T, str | None]:
-    """run(take) with one device of the batch held from the moment its child calls take() (its gate) until it
-    ends: one child at a time per device, on whichever of the batch's GPUs (or the CPU) is free. On CUDA the
-    child starts (interpreter and torch, seconds) while it waits for a GPU; on CPU only once the CPU is free,
-    so that start cannot slow another child's timed run. A child that never calls take() holds no device."""
+Take = Callable[..., str | None]
+
+
+def _on_free_device(batch: Batch, run: Callable[[Take], T]) -> tuple[T, str | None]:
+    """run(take) with one device of the batch held from the moment a child of it calls take(want=None) (its
+    gate) until run ends: one child at a time per device, on whichever of the batch's GPUs (or the CPU) is free,
+    or on `want` (where the problem's comparer lives). On CUDA a child starts (interpreter and torch, seconds)
+    while it waits for a GPU; on CPU only once the CPU is free, so that start cannot slow another child's timed
+    run. A run that never calls take() holds no device."""
     held: list[str | None] = []
 
-    def take() -> str | None:
+    def take(want: str | None = None) -> str | None:
         if not held:
-            held.append(batch.take_device())
+            held.append(batch.take_device(want))
         return held[0]
 
     try:
@@ -225,33 +204,55 @@ def _on_free_device(batch: Batch, run: Callable[[Callable[[], str | None]], T]) 
         return run(take), (held[0] if held else None)
     finally:
         if held:
-            batch.free_gpus.put(held[0])
+            batch.give_back(held[0])
 
 
-def _judge_candidate(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict:
-    """A failed compile waits for no device."""
-    verdict, gpu = _on_free_device(batch, lambda take: _evaluate_compiled(batch, prep, compiled, take))
-    verdict.evidence.gpu = gpu
-    return verdict
+def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: dict[str, dict]):
+    """The candidate child's handoffs, answered: each call's outputs go to the problem's comparer, the answer
+    is kept for the judge, and the child is told to go on. On CPU the raw-bytes file is removed once judged."""
+    def on_message(message: dict) -> dict | None:
+        if message.get("event") != "outputs":
+            return None
+        label = str(message.get("which"))
+        expected = label if label.startswith("trial_") else HANDED_PROBES.get(label)
+        path = prep.workdir / "out" / f"{label}{OUTPUT_SUFFIX}" if batch.settings.device == "cpu" else None
+        if label in comparisons:
+            return {"ack": label}  # a repeated handoff: the channel check names it
+        if expected is None or expected not in server.reference.meta:
+            comparisons[label] = {"error": f"outputs for {label!r}, a call the harness never makes"}
+        else:
+            trial = int(label.removeprefix("trial_")) if label.startswith("trial_") else -1
+            comparisons[label] = server.compare(label, expected, trial, message.get("outputs"), path)
+        if path is not None:
+            path.unlink(missing_ok=True)
+        return {"ack": label}
+    return on_message
 
 
-def _run_references(batch: Batch, problems: list[Problem], pool: ThreadPoolExecutor) -> None:
-    """Every problem's reference, one per free device like candidates (so the next child starts meanwhile)."""
-    futures = {p.sha256: pool.submit(_on_free_device, batch, lambda take, p=p: run_reference(batch, p, gate=take))
-               for p in problems}
-    for sha, future in futures.items():
-        batch.references[sha] = future.result()[0]
+def _judge_candidate(batch: Batch, problems: OpenProblems, prep: _Prepared, compiled: ChildResult) -> Verdict:
+    try:
+        verdict, gpu = _on_free_device(batch, lambda take: _evaluate_compiled(batch, problems, prep, compiled, take))
+        verdict.evidence.gpu = gpu
+        return verdict
+    finally:
+        problems.finished_one(prep.job.problem)
 
 
-def _evaluate_compiled(batch: Batch, prep: _Prepared, compiled: ChildResult, take: Callable[[], str | None]) -> Verdict:
-    settings = batch.settings
-    failed = ended_badly(compiled, settings.limits.timeout_s, 0)
-    if failed:
-        return _verdict(prep.job, prep.sha256, settings, failed.status, evidence=failed.evidence)
-    ref = batch.references[prep.job.problem.sha256]
-    result = batch.run("candidate", prep.job.problem, prep.workdir, prep.build_dir, prep.job.path, gate=take)
+def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, compiled: ChildResult, take: Take) -> Verdict:
+    """The candidate's child starts while the problem's reference runs (if it has not yet); the candidate then
+    runs on the device the comparer holds its expected outputs on."""
+    settings, problem = batch.settings, prep.job.problem
+    server, comparisons = problems.server(problem), {}
+    child = batch.spawn(prep.workdir, prep.build_dir, on_message=_relay(batch, prep, server, comparisons))
+    try:
+        ref = server.ready(take)
+    except ReferenceFailed as exc:
+        child.finish(wait=False)
+        return _verdict(prep.job, prep.sha256, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
+    child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.job.path), gate=lambda: take(server.gpu))
+    result = child.finish()
     judged_at = time.monotonic()
-    outcome = judge(result, ref, prep.job.problem.meta, settings, prep.workdir / "out")
+    outcome = judge(result, ref, problem.meta, settings, comparisons)
     judge_s = time.monotonic() - judged_at
     verdict = _verdict(prep.job, prep.sha256, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
@@ -265,13 +266,44 @@ def _evaluate_compiled(batch: Batch, prep: _Prepared, compiled: ChildResult, tak
     return verdict
 
 
+def _compile_failure(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict | None:
+    """A failed compile is judged at once and waits for no device."""
+    failed = ended_badly(compiled, batch.settings.limits.timeout_s, 0)
+    return _verdict(prep.job, prep.sha256, batch.settings, failed.status, evidence=failed.evidence) if failed else None
+
+
+class _Dispatcher:
+    """Hands compiled candidates to the device runners, at most two per device (one running, one starting),
+    candidates of open problems first, and a new problem only when OpenProblems has room for its comparer."""
+
+    def __init__(self, batch: Batch, problems: OpenProblems, runners: ThreadPoolExecutor):
+        self.batch, self.problems, self.runners = batch, problems, runners
+        self.ready: list[tuple[_Prepared, ChildResult]] = []
+        self.running: set[Future] = set()
+
+    def admit(self) -> set[Future]:
+        self.ready.sort(key=lambda item: item[0].job.problem.sha256 not in self.problems.servers)
+        for item in list(self.ready):
+            problem = item[0].job.problem
+            if len(self.running) >= 2 * len(self.batch.gpus) or not self.problems.admissible(problem):
+                continue
+            self.ready.remove(item)
+            server = self.problems.server(problem)
+            if self.batch.settings.device == "cuda":
+                server.prestart()
+            self.running.add(self.runners.submit(_judge_candidate, self.batch, self.problems, *item))
+        return set(self.running)
+
+
 def evaluate(jobs: list[CandidateJob], settings: EvalSettings) -> Iterator[Verdict]:
-    """Judge every job; verdicts are yielded as they are ready (static ones first). Compiles run in parallel;
-    each compiled candidate runs as soon as one of the batch's devices is free. However it ends (Ctrl-C, or
-    the caller closing the generator), running children are stopped and the scratch space removed."""
+    """Judge every job; verdicts are yielded as they are ready (static ones first). Compiles run in parallel
+    (on CPU before any timed run); each compiled candidate runs as soon as a device is free and its problem's
+    reference is open. However it ends (Ctrl-C, or the caller closing the generator), running children are
+    stopped and the scratch space removed."""
     batch = Batch(settings)
     compilers = ThreadPoolExecutor(max_workers=settings.jobs)
-    runners = ThreadPoolExecutor(max_workers=2 * len(batch.gpus))  # per device: one running, one starting
+    runners = ThreadPoolExecutor(max_workers=2 * len(batch.gpus))
+    problems = None
     try:
         prepared = []
         for i, job in enumerate(jobs):
@@ -280,24 +312,31 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings) -> Iterator[Verdi
                 yield item
             else:
                 prepared.append(item)
-        start_compiles = lambda: {compilers.submit(_compile, batch, prep): prep for prep in prepared}  # noqa: E731
-        cpu = settings.device == "cpu"  # CPU timings must not share the cores with compilers
-        compiling = {} if cpu else start_compiles()
-        problems = {prep.job.problem.sha256: prep.job.problem for prep in prepared}
-        _run_references(batch, list(problems.values()), runners)  # on CUDA while the compiles run
-        if cpu:
-            compiling = start_compiles()
+        problems = OpenProblems(batch, [prep.job.problem for prep in prepared])
+        compiling = {compilers.submit(_compile, batch, prep): prep for prep in prepared}
+        if settings.device == "cpu":  # CPU timings must not share the cores with compilers
             wait(compiling)
+        dispatch = _Dispatcher(batch, problems, runners)
         pending = set(compiling)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 if future in compiling:
-                    pending.add(runners.submit(_judge_candidate, batch, compiling[future], future.result()))
+                    prep = compiling[future]
+                    failed = _compile_failure(batch, prep, future.result())
+                    if failed:
+                        problems.finished_one(prep.job.problem)
+                        yield failed
+                    else:
+                        dispatch.ready.append((prep, future.result()))
                 else:
+                    dispatch.running.discard(future)
                     yield future.result()
+            pending |= dispatch.admit()
     finally:
         batch.stop.set()
         for pool in (compilers, runners):
             pool.shutdown(wait=True, cancel_futures=True)
+        if problems:
+            problems.close_all()
         shutil.rmtree(batch.root, ignore_errors=True)

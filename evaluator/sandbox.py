@@ -35,7 +35,8 @@ _GRACE_S = 2.0  # after SIGINT, before SIGKILL: torch's build removes its lock f
 _PR_SET_PDEATHSIG = 1
 _TOKEN_VAR = "KFORGE_CHILD_TOKEN"  # marks every process a child starts, so none can outlive it unnoticed
 # What the harness sends, and how often: each event once, except one `stage` per stage and one `timing` per kind.
-_EVENTS = {"env", "stage", "compiled", "kernels", "trials", "leaks", "timing", "probe", "memory", "done", "error", "cheat"}
+_EVENTS = {"env", "stage", "compiled", "kernels", "trials", "leaks", "timing", "probe", "memory", "done", "error", "cheat",
+           "outputs"}
 
 
 class ChildResult(BaseModel):
@@ -125,18 +126,6 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
-def _read_messages(fd: int, sink: list[dict]) -> None:
-    """Each message is stamped with the parent's clock on arrival: the child's timings are checked against it."""
-    with os.fdopen(fd, "rb") as fh:
-        for line in fh:
-            try:
-                message = json.loads(line)
-                message = message if isinstance(message, dict) else {"event": "garbled", "text": line[:200].decode(errors="replace")}
-            except ValueError:
-                message = {"event": "garbled", "text": line[:200].decode(errors="replace")}
-            sink.append(message | {"_t": time.monotonic()})
-
-
 def _kill_stragglers(token: str) -> int:
     """SIGKILL every process that still carries the child's token: daemons that left its process group
     (double fork + setsid) would otherwise keep running, e.g. burning CPU while the next reference is timed."""
@@ -171,47 +160,121 @@ def _stop(proc: subprocess.Popen) -> None:
     _signal_group(proc, signal.SIGKILL)
 
 
+class Child:
+    """One evaluator child, started at once; `begin` sends its request (after the gate, if any) and keeps the request
+    pipe open, so a child can be talked to while it runs (`send`, `wait_for`): the reference server answers
+    comparisons, a candidate waits for each handoff to be judged. `on_message` runs in the reader thread for every
+    message and may return a line to send back (a candidate's handoff is answered that way)."""
+
+    def __init__(self, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
+                 stop: threading.Event | None = None, pass_fds: tuple[int, ...] = (),
+                 on_message: Callable[[dict], dict | None] | None = None):
+        workdir.mkdir(parents=True, exist_ok=True)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
+        self.result = ChildResult(log_path=workdir / "child.log")
+        self._arrived = threading.Condition()
+        req_r, req_w = os.pipe()
+        res_r, res_w = os.pipe()
+        self.token = secrets.token_hex(16)
+        with open(self.result.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)], cwd=workdir,
+                env=scrubbed_env(workdir, build_dir, self.token), stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, pass_fds=(req_r, res_w, *pass_fds), start_new_session=True,
+                preexec_fn=lambda: _prepare_child(limits, cap_address_space),
+            )
+        os.close(req_r)
+        os.close(res_w)
+        self._requests = os.fdopen(req_w, "wb")
+        self._lock = threading.Lock()  # the reader thread answers handoffs while the caller may send
+        self._reader = threading.Thread(target=self._read, args=(res_r,), daemon=True)
+        self._reader.start()
+
+    def _read(self, fd: int) -> None:
+        """Each message is stamped with the parent's clock on arrival: the child's timings are checked against it."""
+        with os.fdopen(fd, "rb") as fh:
+            for line in fh:
+                message = _parse(line) | {"_t": time.monotonic()}
+                with self._arrived:
+                    self.result.messages.append(message)
+                    self._arrived.notify_all()
+                reply = self.on_message(message) if self.on_message else None
+                if reply is not None:
+                    self.send(reply)
+        with self._arrived:
+            self._arrived.notify_all()
+
+    def send(self, message: dict) -> None:
+        """One JSON line on the request pipe; a child that already died is reported by how it ended."""
+        with self._lock, contextlib.suppress(BrokenPipeError, ValueError, OSError):
+            self._requests.write(json.dumps(message).encode() + b"\n")
+            self._requests.flush()
+
+    def begin(self, request: dict, gpu: str | None = None, gate: Callable[[], str | None] | None = None) -> None:
+        """The request goes out, and the child's clock starts, once the gate (if any) gives a device."""
+        gpu = gate() if gate else gpu
+        self.send(request | {"gpu": gpu})
+        self.result.started = time.monotonic()
+
+    def wait_for(self, event: str, since: int = 0, timeout_s: float | None = None) -> dict | None:
+        """The first `event` message from index `since` on; None if the child ended, ran out of time or memory."""
+        deadline = time.monotonic() + (self.limits.timeout_s if timeout_s is None else timeout_s)
+        while True:
+            with self._arrived:
+                found = next((m for m in self.result.messages[since:] if m.get("event") == event), None)
+                if found or not self._reader.is_alive():
+                    return found
+                self._arrived.wait(timeout=_MEMORY_POLL_S)
+            self.result.cancelled = self.stop.is_set()
+            self.result.timed_out = time.monotonic() > deadline
+            self.result.memory_exceeded = _rss_bytes(self.proc.pid) > self.limits.memory_mb * 2**20
+            if self.result.cancelled or self.result.timed_out or self.result.memory_exceeded:
+                return None
+
+    def finish(self, wait: bool = True) -> ChildResult:
+        """Wait for the child to end (timeout, memory, stop) unless told not to, then close its request pipe and
+        stop it and whatever it left behind."""
+        try:
+            if wait:
+                _wait(self.proc, self.limits, self.result, self.stop)
+            else:
+                self.result.wall_s = time.monotonic() - self.result.started
+        finally:
+            with self._lock:
+                self._requests.close()
+            _stop(self.proc)
+            self.result.returncode = self.proc.wait()
+            self.result.stragglers = _kill_stragglers(self.token)
+        self._reader.join(timeout=5)
+        return self.result
+
+
+def _parse(line: bytes) -> dict:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        message = None
+    return message if isinstance(message, dict) else {"event": "garbled", "text": line[:200].decode(errors="replace")}
+
+
 def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
               stop: threading.Event | None = None, gpu: str | None = None, pass_fds: tuple[int, ...] = (),
-              gate: Callable[[], str | None] | None = None) -> ChildResult:
+              gate: Callable[[], str | None] | None = None,
+              on_message: Callable[[dict], dict | None] | None = None) -> ChildResult:
     """Start `python -m evaluator.child`, send it the request on its pipe, wait with timeout and memory watch.
     Setting `stop` (or an exception here, e.g. Ctrl-C) ends the child the same polite way as a timeout;
     `gpu` pins it to one CUDA device (the child sets CUDA_VISIBLE_DEVICES from the request); `pass_fds` are more
     descriptors it inherits (named in the request). `gate`, if given, is called once the child has started --
     its interpreter and torch load meanwhile, seconds -- and returns the device to pin it to: the request goes
     out, and the child's clock starts, only then."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    build_dir.mkdir(parents=True, exist_ok=True)
-    log_path = workdir / "child.log"
-    req_r, req_w = os.pipe()
-    res_r, res_w = os.pipe()
-    cmd = [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)]
-    token = secrets.token_hex(16)
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            cmd, cwd=workdir, env=scrubbed_env(workdir, build_dir, token), stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, pass_fds=(req_r, res_w, *pass_fds), start_new_session=True,
-            preexec_fn=lambda: _prepare_child(limits, cap_address_space),
-        )
-    os.close(req_r)
-    os.close(res_w)
-    result = ChildResult(log_path=log_path)
-    reader = threading.Thread(target=_read_messages, args=(res_r, result.messages), daemon=True)
-    reader.start()
-    request_pipe = os.fdopen(req_w, "wb")
+    child = Child(workdir, build_dir, limits, cap_address_space, stop, pass_fds, on_message)
     try:
-        gpu = gate() if gate else gpu
-        with contextlib.suppress(BrokenPipeError), request_pipe:  # a child that already died: _wait reports it
-            request_pipe.write(json.dumps(request | {"gpu": gpu}).encode())
-        result.started = time.monotonic()
-        _wait(proc, limits, result, stop or threading.Event())
-    finally:
-        request_pipe.close()
-        _stop(proc)
-        result.returncode = proc.wait()
-        result.stragglers = _kill_stragglers(token)
-    reader.join(timeout=5)
-    return result
+        child.begin(request, gpu, gate)
+    except BaseException:
+        child.finish(wait=False)
+        raise
+    return child.finish()
 
 
 def _wait(proc: subprocess.Popen, limits: Limits, result: ChildResult, stop: threading.Event) -> None:

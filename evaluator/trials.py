@@ -14,10 +14,11 @@ from typing import Callable
 
 import torch
 
+from evaluator import ipc
 from evaluator.guard import trusted
 
 _T = torch._C.TensorBase
-OUTPUT_SUFFIX = ".out"  # raw bytes, read back by evaluator.correctness.load_outputs
+OUTPUT_SUFFIX = ".out"  # raw bytes (CPU runs), read back by evaluator.correctness.load_outputs in the comparer
 
 
 def as_tensors(value) -> list:
@@ -85,9 +86,6 @@ def _raw_bytes(value) -> torch.Tensor | None:
     return _T.view(flat, torch.uint8)
 
 
-_STAGE_BYTES = 2**26  # a device output goes to the file through a pinned buffer of this size
-
-
 def _write(fd: int, host: torch.Tensor) -> None:
     """write() the bytes of a contiguous CPU uint8 tensor: the kernel fills the file's pages itself (a copy into
     mapped pages page-faults every 4 KiB and ran at ~1 GB/s)."""
@@ -96,46 +94,43 @@ def _write(fd: int, host: torch.Tensor) -> None:
         view = view[os.write(fd, view):]
 
 
-def _write_raw(fd: int, raw: torch.Tensor) -> None:
-    """One output's bytes, appended to the file; from a GPU in pinned chunks, copied at full link speed."""
-    n = _T.numel(raw)
-    if _T.device.__get__(raw).type == "cpu":
-        _write(fd, raw)
-        return
-    stage = torch.empty(min(n, _STAGE_BYTES), dtype=torch.uint8, pin_memory=True)
-    for start in range(0, n, _STAGE_BYTES):
-        length = min(_STAGE_BYTES, n - start)
-        chunk = _T.narrow(stage, 0, 0, length)
-        _T.copy_(chunk, _T.narrow(raw, 0, start, length))  # synchronous: the buffer is refilled next round
-        _write(fd, chunk)
-
-
 def save_outputs(outputs: list, fd: int) -> list[dict]:
-    """The raw bytes of the plain-tensor outputs, back to back: no pickling, and from a GPU no whole host copy
-    first (torch.save moved ~0.8 GB/s). The description returned, which goes over the result channel, is what
-    the parent reads them back by; nothing of the candidate's objects crosses over."""
+    """The raw bytes of the plain CPU-tensor outputs, back to back: no pickling. The description returned, which
+    goes over the result channel, is what the comparer reads them back by; nothing of the candidate's objects
+    crosses over."""
     with trusted():
         for raw in map(_raw_bytes, outputs):
-            if raw is not None and _T.numel(raw):
-                _write_raw(fd, raw)
+            if raw is not None and _T.numel(raw) and _T.device.__get__(raw).type == "cpu":
+                _write(fd, raw)
     return [describe(o) for o in outputs]
 
 
-def saver(out_dir: Path, fds: dict[str, int] | None = None) -> Callable[[list, str], list[dict]]:
-    """Where a child puts its outputs: files in its out dir, or (the reference) the memory files kforge handed
-    it, which have no path that a candidate compiling at the same time could open."""
+def handoff(out_dir: Path, device: str, send: Callable[[str, list[dict]], None]) -> Callable[[list, str], list[dict]]:
+    """How a candidate's outputs reach the trusted comparer; `send(label, descriptions)` returns once the parent
+    says they are judged. On CUDA the descriptions carry IPC handles to the outputs' own device memory, kept alive
+    until then: nothing is copied to the host. On CPU the raw bytes go to a file in the out dir first."""
     def save(tensors: list, name: str) -> list[dict]:
-        if fds is not None:
-            return save_outputs(tensors, fds[name])
-        fd = os.open(out_dir / f"{name}{OUTPUT_SUFFIX}", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            return save_outputs(tensors, fd)
-        finally:
-            os.close(fd)
+        described = [describe(o) for o in tensors]
+        if device != "cuda":
+            fd = os.open(out_dir / f"{name}{OUTPUT_SUFFIX}", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                save_outputs(tensors, fd)
+            finally:
+                os.close(fd)
+            send(name, described)
+            return described
+        with trusted():
+            raws = [_raw_bytes(o) for o in tensors]
+            torch.cuda.synchronize()
+            shared = [meta | {"ipc": ipc.export(_T.data_ptr(raw))} if raw is not None and _T.numel(raw)
+                      and meta["device"] == "cuda" else meta for meta, raw in zip(described, raws)]
+        send(name, shared)
+        del raws
+        return described
     return save
 
 
-def _nbytes(tensors: list) -> int:
+def nbytes(tensors: list) -> int:
     with trusted():
         return sum(_T.numel(t) * _T.element_size(t) for t in tensors if isinstance(t, torch.Tensor))
 
@@ -148,7 +143,7 @@ def run_one(model, inputs: list, watch):
 
 
 def run_trials(model, problem: ModuleType, seeds: list[tuple[str, int]], device: str, save: Callable, sync,
-               watch=None, save_inputs: bool = False) -> dict[str, dict]:
+               watch=None) -> dict[str, dict]:
     """One call per (label, seed), in the given order; per label: output description, input checksums
     before/after, bytes in and out, and (with a watch) how often the compiled extension was called."""
     report = {}
@@ -163,11 +158,9 @@ def run_trials(model, problem: ModuleType, seeds: list[tuple[str, int]], device:
                 "outputs": save(outputs, label),
                 "inputs_changed": fingerprint(inputs) != before,
                 "max_input_numel": max((t.numel() for t in inputs if isinstance(t, torch.Tensor)), default=0),
-                "io_bytes": _nbytes(inputs) + _nbytes(outputs),
+                "io_bytes": nbytes(inputs) + nbytes(outputs),
                 "calls": calls.model_dump() if calls else None,
             }
-            if save_inputs:
-                report[label]["inputs"] = save(inputs, f"{label}.inputs")
             del inputs, outputs, value
     return report
 

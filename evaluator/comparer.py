@@ -1,0 +1,120 @@
+"""The trusted comparer, in the reference child after its run: it keeps the problem's expected outputs on the
+evaluation device and judges each candidate output handed to it, so outputs never cross the host on the normal path.
+
+A candidate's outputs arrive as CUDA IPC handles (evaluator.ipc) or, on CPU, as the raw-bytes file the harness
+wrote. Expected outputs stay resident up to a byte budget; the rest are recomputed from their seed when asked
+for (a forward of the reference, which is cheaper than holding gigabytes per seed for the whole batch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from evaluator import audit_rules, ipc, trials
+from evaluator.correctness import Comparison, judge_outputs, layout, load_outputs
+
+
+class Expected:
+    """The reference's outputs per label: resident while they fit in `budget` bytes, else recomputed."""
+
+    def __init__(self, model, problem: ModuleType, seeds: dict[str, int], device: str, budget: int):
+        self.model, self.problem, self.seeds, self.device, self.budget = model, problem, seeds, device, budget
+        self.resident: dict[str, list] = {}
+        self.meta: dict[str, list[dict]] = {}
+        self.held = 0
+
+    def keep(self, outputs: list, label: str) -> list[dict]:
+        """The saver of the reference run: describe every output, keep it if it fits."""
+        self.meta[label] = [trials.describe(o) for o in outputs]
+        size = trials.nbytes(outputs)
+        if self.held + size <= self.budget:
+            self.resident[label] = [o.detach() if isinstance(o, torch.Tensor) else o for o in outputs]
+            self.held += size
+        return self.meta[label]
+
+    def outputs(self, label: str) -> list:
+        if label in self.resident:
+            return self.resident[label]
+        with torch.no_grad():
+            return trials.as_tensors(self.model(*self.inputs(label)))
+
+    def inputs(self, label: str) -> list:
+        return trials.make_inputs(self.problem, self.seeds[label], self.device)
+
+
+def _received(request: dict, opened: ipc.Opened) -> list:
+    """The candidate's tensors as the request describes them: IPC ranges on CUDA, the raw-bytes file on CPU."""
+    metas = request["outputs"]
+    if request.get("path") is not None:
+        fd = os.open(Path(request["path"]), os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            return load_outputs(fd, metas)
+        finally:
+            os.close(fd)
+    got = []
+    for meta in metas:
+        described = layout(meta)
+        if described is None:
+            got.append(None)
+            continue
+        dtype, shape, nbytes = described
+        if "ipc" not in meta:  # not on the GPU: the structural check names the device
+            got.append(torch.empty(0, dtype=dtype))
+            continue
+        got.append(opened.open(meta["ipc"], nbytes, dtype.itemsize).view(dtype).view(shape) if nbytes else torch.empty(shape, dtype=dtype, device="cuda"))
+    return got
+
+
+class Comparer:
+    """Answers `compare` and `audit` requests against one problem's expected outputs."""
+
+    def __init__(self, expected: Expected, atol: float, rtol: float):
+        self.expected, self.atol, self.rtol = expected, atol, rtol
+
+    def _against(self, got: list, got_meta: list[dict], label: str, trial: int) -> Comparison:
+        exp = self.expected
+        return judge_outputs(trial, exp.outputs(label), exp.meta[label], got, got_meta, self.atol, self.rtol, exp.device)
+
+    def compare(self, request: dict) -> dict:
+        """One handed-over call: its comparison with the expected label, and on a mismatch the other label it
+        matches instead (a cached or leftover result), if any."""
+        opened, got = ipc.Opened(), []
+        try:
+            got = _received(request, opened)
+            result = self._against(got, request["outputs"], request["expected"], int(request["trial"]))
+            stale = ""
+            if result.mismatch is not None:
+                stale = next((other for other in self.expected.meta if other != request["expected"]
+                              and not self._against(got, request["outputs"], other, -1).mismatch), "")
+        except (OSError, ValueError, KeyError, TypeError, ipc.IpcError, RuntimeError) as exc:
+            return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        finally:
+            del got
+            opened.close()
+        return {"mismatch": result.mismatch.model_dump() if result.mismatch else None, "max_abs_err": result.max_abs_err,
+                "tolerance_used": result.tolerance_used, "stale": stale}
+
+    def audit(self) -> list[dict]:
+        """Every trivial answer against this problem's check (see evaluator.audit_rules)."""
+        exp = self.expected
+        return [audit_rules.judge_trivial(name, {label: exp.outputs(label) for label in exp.meta},
+                                          {label: exp.inputs(label) for label in exp.meta}, self.atol, self.rtol)
+                for name in audit_rules.TRIVIALS]
+
+
+def serve(chan, requests, comparer: Comparer) -> None:
+    """Answer requests (JSON lines) until `close` or the end of the pipe."""
+    for line in requests:
+        request = json.loads(line)
+        op = request.get("op")
+        if op == "close":
+            return
+        if op == "compare":
+            chan.send("compared", which=request["label"], **comparer.compare(request))
+        elif op == "audit":
+            chan.send("audited", findings=comparer.audit())

@@ -1,0 +1,93 @@
+"""CUDA IPC through the driver API: a candidate hands the trusted comparer its output memory, never a copy.
+
+The candidate's side exports the allocation that holds an output (a legacy IPC handle plus an offset); the
+comparer opens it read-only in its own context, after checking with the driver that the bytes it will read lie
+inside that allocation (a forged size would otherwise read out of bounds and kill the comparer's CUDA context).
+PyTorch's own IPC path is not used: it makes the receiver write a reference counter into a shared-memory file
+whose name and offset the sender chooses.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+
+_HANDLE_BYTES = 64
+_LAZY_ENABLE_PEER_ACCESS = 1
+
+
+class IpcError(RuntimeError):
+    """A handle that cannot be opened, or a region outside the allocation it names."""
+
+
+class _Handle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * _HANDLE_BYTES)]
+
+
+@functools.cache
+def _driver() -> ctypes.CDLL:
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def _call(name: str, *args) -> None:
+    rc = getattr(_driver(), name)(*args)
+    if rc != 0:
+        raise IpcError(f"{name} failed (CUDA driver error {rc})")
+
+
+def allocation(ptr: int) -> tuple[int, int]:
+    """(base, size) of the device allocation that contains `ptr`."""
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+    _call("cuMemGetAddressRange_v2", ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr))
+    return base.value, size.value
+
+
+def export(ptr: int) -> dict:
+    """Where the device bytes at `ptr` are, as another process on the same GPU can open them. The caller keeps
+    them alive (and their writes finished) until the receiver is done."""
+    base, _ = allocation(ptr)
+    handle = _Handle()
+    _call("cuIpcGetMemHandle", ctypes.byref(handle), ctypes.c_uint64(base))
+    return {"handle": bytes(handle.reserved).hex(), "offset": ptr - base}
+
+
+class _Bytes:
+    """A device byte range as __cuda_array_interface__, which torch.as_tensor wraps without a copy."""
+
+    def __init__(self, ptr: int, nbytes: int):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, True), "version": 3}
+
+
+class Opened:
+    """The byte ranges of one handoff, opened in this process; `close` unmaps them (after the device finished)."""
+
+    def __init__(self):
+        self._bases: list[ctypes.c_uint64] = []
+
+    def open(self, where: dict, nbytes: int, align: int) -> torch.Tensor:
+        """`nbytes` bytes at where['offset'] into the allocation of where['handle'], as a uint8 CUDA tensor; the
+        offset must keep elements of `align` bytes aligned (a misaligned read is a sticky CUDA error)."""
+        raw = bytes.fromhex(str(where["handle"]))
+        offset = int(where["offset"])
+        if len(raw) != _HANDLE_BYTES or offset < 0 or offset % align:
+            raise IpcError("a malformed IPC handle or a misaligned offset")
+        torch.cuda.init()
+        handle, base = _Handle(), ctypes.c_uint64()
+        handle.reserved = raw
+        _call("cuIpcOpenMemHandle_v2", ctypes.byref(base), handle, ctypes.c_uint(_LAZY_ENABLE_PEER_ACCESS))
+        self._bases.append(base)
+        start, size = allocation(base.value)
+        if base.value + offset + nbytes > start + size:
+            raise IpcError(f"{nbytes:,} bytes at offset {offset:,} lie outside the {size:,}-byte allocation handed over")
+        if nbytes == 0:
+            return torch.empty(0, dtype=torch.uint8, device="cuda")
+        return torch.as_tensor(_Bytes(base.value + offset, nbytes), device="cuda")
+
+    def close(self) -> None:
+        if self._bases:
+            torch.cuda.synchronize()
+        for base in self._bases:
+            _driver().cuIpcCloseMemHandle(base)
+        self._bases.clear()

@@ -1,0 +1,169 @@
+"""The parent's side of each problem's reference: one trusted child per open problem runs the problem's Model on
+every seed of the batch, times it, and then stays as the comparer of that problem's candidate outputs
+(evaluator.comparer), holding the expected outputs on the device. A problem opens when its first compiled
+candidate is about to run and closes when its last candidate is judged; how many are open at once is bounded by
+the memory their outputs take (OpenProblems), so memory does not grow with the batch.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import torch
+
+from evaluator.judge import Reference, ended_badly, timings
+from evaluator.sandbox import Child
+from reference_problems import Problem
+
+if TYPE_CHECKING:
+    from evaluator.runner import Batch
+
+_RESIDENT_SHARE = 0.15  # of device memory: expected outputs one problem keeps resident (the rest are recomputed)
+_OPEN_SHARE = 0.35  # of device memory: every open problem's comparer together
+_OPEN_PER_DEVICE = 4  # processes too: each CUDA process costs ~1 GB of host memory, whatever it holds
+
+
+class ReferenceFailed(Exception):
+    """The problem's reference could not run: its candidates get `reference_error` with this cause."""
+
+
+def device_memory(device: str) -> int:
+    """Total memory of the evaluation device (GPU 0 of the visible ones, or the host), without a CUDA context."""
+    if device == "cuda":
+        return torch.cuda.get_device_properties(0).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _cause(server: "ReferenceServer") -> str:
+    """Why the reference child ended before it was ready, in words; never empty."""
+    result = server.child.result
+    timeout = server.batch.settings.limits.timeout_s
+    outcome = ended_badly(result, timeout, 0)
+    cause = outcome.evidence.cause if outcome else "it ended before reporting its outputs"
+    if result.returncode == -9 and not (result.timed_out or result.memory_exceeded or result.cancelled):
+        cause += " (SIGKILL from outside kforge: most likely the kernel's OOM killer)"
+    if result.memory_exceeded:
+        cause += f" ({server.batch.settings.limits.memory_mb:,} MB host limit)"
+    tail = result.log_tail(600).strip().splitlines()
+    return f"reference of '{server.problem.name}' failed: {cause}" + (f"; log: {tail[-1][:200]}" if tail else "")
+
+
+class ReferenceServer:
+    """One problem's reference child. Spawned at once (its interpreter and torch load while it waits); `ready`
+    runs it on a device the gate gives, and returns its Reference or raises ReferenceFailed."""
+
+    def __init__(self, batch: "Batch", problem: Problem, audit: bool = False):
+        self.batch, self.problem, self.audit = batch, problem, audit
+        self.workdir = batch.root / "ref" / problem.sha256[:16]
+        self.child: Child | None = None
+        self.gpu: str | None = None
+        self.reference: Reference | None = None
+        self.failure = ""
+        self._lock = threading.Lock()
+
+    def prestart(self) -> None:
+        """Spawn the child now: its interpreter and torch load while the device is busy (CUDA only: on CPU a
+        start would slow the run being timed)."""
+        with self._lock:
+            if self.child is None:
+                self.child = self.batch.spawn(self.workdir, self.workdir / "build")
+
+    def ready(self, take: Callable[[], str | None]) -> Reference:
+        self.prestart()
+        with self._lock:
+            if self.reference is None and not self.failure:
+                self._run(take)
+            if self.failure:
+                raise ReferenceFailed(self.failure)
+            return self.reference
+
+    def _run(self, take: Callable[[], str | None]) -> None:
+        batch = self.batch
+        budget = int(_RESIDENT_SHARE * device_memory(batch.settings.device))
+        request = batch.request("reference", self.problem, self.workdir / "out", resident_bytes=budget, audit=self.audit)
+        self.child.begin(request, gate=lambda: self._pin(take()))
+        ready = self.child.wait_for("ready")
+        if ready is None:
+            self.close()
+            self.failure = _cause(self)
+            return
+        result = self.child.result
+        report = result.last("trials")["trials"]
+        times = timings(result, batch.settings.device)
+        self.reference = Reference(meta={label: entry["outputs"] for label, entry in report.items()}, trials=report,
+                                   timing=times.get("model"), compiled=times.get("compiled"),
+                                   footprint=int(ready.get("footprint", 0)), audit=ready.get("audit") or [])
+
+    def _pin(self, gpu: str | None) -> str | None:
+        self.gpu = gpu
+        return gpu
+
+    def compare(self, label: str, expected: str, trial: int, outputs: list[dict], path: Path | None) -> dict:
+        """The comparer's answer on one handed-over call; an error entry if it cannot answer (it died)."""
+        with self._lock:
+            if self.failure or self.reference is None:
+                return {"error": f"kforge's comparer for '{self.problem.name}' is gone: {self.failure}", "comparer_died": True}
+            since = len(self.child.result.messages)
+            self.child.send({"op": "compare", "label": label, "expected": expected, "trial": trial, "outputs": outputs,
+                             "path": str(path) if path else None})
+            answer = self.child.wait_for("compared", since)
+            if answer is None:
+                self.close()
+                self.failure = _cause(self) + " while comparing a candidate's outputs"
+                return {"error": self.failure, "comparer_died": True}
+            return answer
+
+    def close(self) -> None:
+        if self.child is None:
+            return
+        if self.child.proc.poll() is None:
+            self.child.send({"op": "close"})
+        self.child.finish()
+
+
+class OpenProblems:
+    """Which problems have a reference server, and how many of each problem's candidates are still to be judged.
+    A new problem is admitted while the open ones' device memory plus one more's resident budget stays within
+    _OPEN_SHARE of the device, and fewer than _OPEN_PER_DEVICE are open per device; the first is always admitted."""
+
+    def __init__(self, batch: "Batch", problems: list[Problem]):
+        self.batch = batch
+        self.remaining = Counter(p.sha256 for p in problems)
+        self.servers: dict[str, ReferenceServer] = {}
+        self._lock = threading.Lock()
+        self._memory = device_memory(batch.settings.device)
+
+    def admissible(self, problem: Problem) -> bool:
+        with self._lock:
+            if problem.sha256 in self.servers or not self.servers:
+                return True
+            held = sum(s.reference.footprint if s.reference else int(_RESIDENT_SHARE * self._memory)
+                       for s in self.servers.values())
+            return (len(self.servers) < _OPEN_PER_DEVICE * len(self.batch.gpus)
+                    and held + _RESIDENT_SHARE * self._memory <= _OPEN_SHARE * self._memory * len(self.batch.gpus))
+
+    def server(self, problem: Problem) -> ReferenceServer:
+        """The problem's server, spawned now if it has none (call only once admissible)."""
+        with self._lock:
+            if problem.sha256 not in self.servers:
+                self.servers[problem.sha256] = ReferenceServer(self.batch, problem)
+            return self.servers[problem.sha256]
+
+    def finished_one(self, problem: Problem) -> None:
+        """One candidate of the problem is judged (or failed before running); the last one closes it."""
+        with self._lock:
+            self.remaining[problem.sha256] -= 1
+            done = self.remaining[problem.sha256] <= 0
+            server = self.servers.pop(problem.sha256, None) if done else None
+        if server:
+            server.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            servers, self.servers = list(self.servers.values()), {}
+        for server in servers:
+            server.close()

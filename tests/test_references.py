@@ -1,0 +1,81 @@
+"""Each problem's reference: opened lazily, held in its own child (the comparer), bounded in number, closed when its
+last candidate is judged; one that fails ends only its own problem's candidates."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import threading
+from pathlib import Path
+
+from conftest import SOLUTIONS
+from evaluator import CandidateJob, Status, evaluate
+from evaluator.references import OpenProblems, ReferenceServer, _RESIDENT_SHARE
+from evaluator.runner import Batch
+from reference_problems import resolve_problem
+
+HUNGRY = Path(__file__).parent / "problems" / "hungry.py"
+
+
+def test_a_failing_reference_fails_only_its_problem(cpu_settings):
+    """Mid-batch, one problem's reference exceeds its memory limit: its candidate gets `reference_error` with the
+    cause in words, and the other problems' candidates are still judged."""
+    good = resolve_problem("scale_bias_hardswish")
+    jobs = [CandidateJob(path=SOLUTIONS / "scale_bias_hardswish" / "cpu_fused_o3.py", problem=good),
+            CandidateJob(path=SOLUTIONS / "scale_bias_hardswish" / "cpu_wrong.py", problem=resolve_problem(str(HUNGRY))),
+            CandidateJob(path=SOLUTIONS / "scale_bias_hardswish" / "cpu_wrong.py", problem=good)]
+    settings = cpu_settings.model_copy(update={"limits": cpu_settings.limits.model_copy(update={"memory_mb": 4096})})
+    verdicts = list(evaluate(jobs, settings))
+    by = {(v.problem, Path(v.solution_path).stem): v for v in verdicts}
+    failed = by[("hungry", "cpu_wrong")]
+    assert failed.status is Status.REFERENCE_ERROR
+    assert "reference of 'hungry' failed" in failed.evidence.cause and "allocate memory" in failed.evidence.cause, failed.evidence.cause
+    assert by[("scale_bias_hardswish", "cpu_fused_o3")].status is Status.CORRECT
+    assert by[("scale_bias_hardswish", "cpu_wrong")].status is Status.INCORRECT
+
+
+def test_expected_outputs_never_leave_the_reference_child(cpu_settings):
+    """The reference keeps its outputs in its own memory and compares there: a watcher listing every file of the
+    batch while it runs and serves sees only its log; a comparison of a file nobody wrote is an error, not a crash."""
+    batch, seen, done = Batch(cpu_settings), set(), threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            with contextlib.suppress(OSError):  # a folder removed while it is listed
+                seen.update(p.name for p in batch.root.rglob("*") if p.is_file())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    server = ReferenceServer(batch, resolve_problem("softmax"))
+    try:
+        ref = server.ready(lambda want=None: None)
+        answer = server.compare("trial_0", "trial_0", 0, ref.meta["trial_0"], batch.root / "nowhere.out")
+    finally:
+        done.set()
+        watcher.join()
+        server.close()
+        shutil.rmtree(batch.root)
+    assert set(ref.meta) == {"trial_0", "trial_1", "trial_2", "timing", "verify"} and ref.timing is not None
+    assert answer["error"].startswith("FileNotFoundError")
+    assert seen <= {"child.log"}, seen
+    assert server.child.result.returncode == 0  # closed on request, not killed
+
+
+def test_open_problems_are_bounded_by_the_memory_their_comparers_hold(cpu_settings):
+    """The first problem always opens; more open while their comparers fit the device's share; a problem whose
+    last candidate is judged closes and makes room."""
+    batch = Batch(cpu_settings)
+    a, b, c = (resolve_problem(n) for n in ("relu", "softmax", "matmul"))
+    problems = OpenProblems(batch, [a, b, c])
+    try:
+        assert problems.admissible(a)
+        problems.server(a)
+        assert problems.admissible(b)  # one pending comparer (its resident budget) + one more still fit
+        problems.server(b)
+        assert not problems.admissible(c) and problems.admissible(a)
+        problems.finished_one(a)
+        assert problems.admissible(c) and a.sha256 not in problems.servers
+        assert _RESIDENT_SHARE < 0.5
+    finally:
+        problems.close_all()
+        shutil.rmtree(batch.root)
