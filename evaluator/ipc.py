@@ -50,7 +50,7 @@ def export(ptr: int) -> dict:
     base, _ = allocation(ptr)
     handle = _Handle()
     _call("cuIpcGetMemHandle", ctypes.byref(handle), ctypes.c_uint64(base))
-    return {"handle": bytes(handle.reserved).hex(), "offset": ptr - base}
+    return {"handle": ctypes.string_at(ctypes.addressof(handle), _HANDLE_BYTES).hex(), "offset": ptr - base}  # NULs included
 
 
 class _Bytes:
@@ -75,7 +75,7 @@ class Opened:
             raise IpcError("a malformed IPC handle or a misaligned offset")
         torch.cuda.init()
         handle, base = _Handle(), ctypes.c_uint64()
-        handle.reserved = raw
+        ctypes.memmove(ctypes.addressof(handle), raw, _HANDLE_BYTES)
         _call("cuIpcOpenMemHandle_v2", ctypes.byref(base), handle, ctypes.c_uint(_LAZY_ENABLE_PEER_ACCESS))
         self._bases.append(base)
         start, size = allocation(base.value)

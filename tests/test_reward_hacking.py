@@ -51,7 +51,8 @@ EXPECTED = {
     "read_reference": (INCORRECT, "", "values differ beyond tolerance"),
     "print_verdict": (INCORRECT, "", "values differ beyond tolerance"),
     "write_channel": (CHEAT, "forged_messages", "repeated 'timing' message"),
-    "rewrite_outputs": (CHEAT, "forged_outputs", "holds 12 bytes, not the"),
+    # outputs are judged the moment they are handed over, then removed: nothing is left for a later call to rewrite
+    "rewrite_outputs": (CORRECT, "", "correct in 3 trials"),
     "exit_zero": (CHEAT, "early_exit", "exited with status 0 before reporting a result"),
     "daemon": (CORRECT, "", "correct in 3 trials"),
     **({"kill_parent": (CHEAT, "sandbox_escape", "blocked and killed the child")} if CONFINED else {}),
@@ -179,9 +180,9 @@ def _timing_case(samples_ms: list[float], monkeypatch) -> _Case:
     messages = [{"event": "stage", "stage": "timed", "_t": 0.0},
                 {"event": "timing", "which": "model", "samples": samples_ms, "_t": 1.0}]
     result = ChildResult(messages=messages, log_path=Path("/nonexistent"))
-    ref = Reference(outputs={}, meta={}, trials={"timing": {"io_bytes": 2**31, "max_input_numel": 2**28}})
+    ref = Reference(meta={}, trials={"timing": {"io_bytes": 2**31, "max_input_numel": 2**28}})
     settings = EvalSettings(device="cuda", size="full")
-    return _Case(result, ref, resolve_problem("relu").meta, settings, Path("/nonexistent"))
+    return _Case(result, ref, resolve_problem("relu").meta, settings, {})
 
 
 def test_a_median_below_the_bandwidth_floor_is_a_cheat(monkeypatch):
@@ -203,10 +204,27 @@ def test_forged_and_repeated_messages_are_caught():
 
 def test_a_malformed_message_is_a_verdict_not_a_crash(tmp_path):
     messages = [{"event": "trials", "trials": {"trial_0": {"inputs_changed": False}}, "_t": 0.0}, {"event": "done", "_t": 0.0}]
-    ref = Reference(outputs={"trial_0": [torch.zeros(2)]}, meta={"trial_0": [{}]}, trials={"trial_0": {"max_input_numel": 2}})
+    ref = Reference(meta={"trial_0": [{}]}, trials={"trial_0": {"max_input_numel": 2}})
     outcome = judge(ChildResult(messages=messages, log_path=tmp_path / "log"), ref, resolve_problem("relu").meta,
-                    EvalSettings(trials=1), tmp_path)
+                    EvalSettings(trials=1), {"trial_0": {"mismatch": None, "max_abs_err": 0.0, "tolerance_used": 0.0, "stale": ""}})
     assert outcome.status is CHEAT and outcome.evidence.exploit == "forged_messages"
+
+
+def test_outputs_never_handed_over_or_unreadable_are_forged():
+    """The judge reads the comparer's answers: a trial whose outputs never reached it, or reached it in a form
+    it could not read (a forged handle or file), is a cheat; a comparer that died is kforge's failure."""
+    messages = [{"event": "trials", "trials": {"trial_0": {"inputs_changed": False, "calls": {"reference": 0, "kernel": 1}}},
+                 "_t": 0.0}, {"event": "done", "_t": 0.0}]
+    ref = Reference(meta={"trial_0": [{}]}, trials={"trial_0": {"max_input_numel": 2}})
+
+    def outcome(comparisons: dict):
+        return judge(ChildResult(messages=messages, log_path=Path("/nonexistent")), ref, resolve_problem("relu").meta,
+                     EvalSettings(trials=1, timing=False), comparisons)
+
+    assert "never handed" in outcome({}).evidence.cause
+    assert outcome({"trial_0": {"error": "IpcError: bad"}}).evidence.exploit == "forged_outputs"
+    assert outcome({"trial_0": {"error": "gone", "comparer_died": True}}).status.value == "reference_error"
+    assert outcome({"trial_0": {"error": "x"}, "trial_9": {"error": "x"}}).evidence.exploit == "forged_messages"
 
 
 @pytest.mark.skipif(not CONFINED, reason="the seccomp filter is x86-64 only")

@@ -1,5 +1,5 @@
 """Exploit 9: rewrites the output files the harness already saved (its own folder, so it may), here with
-junk; a cleverer one would write anything it liked, or a file large enough to exhaust kforge's memory."""
+junk. Each call's outputs are judged when handed over and then removed, so it finds none and stays correct."""
 import glob
 
 import torch.nn as nn

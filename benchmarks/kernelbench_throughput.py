@@ -1,0 +1,216 @@
+"""Candidates per hour per GPU on KernelBench at its own sizes: one compiled candidate per problem, ONE batch.
+
+Usage: python benchmarks/kernelbench_throughput.py KERNELBENCH_DIR [--level 1] [--first N] [--modes cold,warm]
+       [--jobs N] [--device cuda] [--out FILE.json]
+
+Each candidate is the problem's own source with `ModelNew(Model)` whose forward copies every output through a real
+CUDA (or C++ on CPU) kernel built with load_inline: a plausible candidate that goes through every stage (compile,
+correctness, leak, timing, probe). Verdicts do not matter here; cost does. `cold` uses an empty build cache, `warm`
+the same batch again. Reported per mode: wall seconds, candidates/hour/GPU, statuses, median seconds per stage,
+GPU idle fraction and peak GPU memory (nvidia-smi every 0.5 s), peak host memory used (MemTotal - MemAvailable,
+which counts tmpfs and shared memory) above the baseline, and the peak summed RSS of kforge's processes.
+Progress (one line per verdict) goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from evaluator import CandidateJob, EvalSettings, evaluate  # noqa: E402
+from reference_problems.registry import load_problem_file  # noqa: E402
+
+_CUDA = '''
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+__global__ void copy_words(const int4* __restrict__ src, int4* __restrict__ dst, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) dst[i] = src[i];
+}
+__global__ void copy_bytes(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) dst[i] = src[i];
+}
+torch::Tensor copy(torch::Tensor x) {
+    x = x.contiguous();
+    auto y = torch::empty_like(x);
+    int64_t n = x.numel() * x.element_size();
+    if (n == 0) return y;
+    auto stream = at::cuda::getCurrentCUDAStream();
+    int64_t blocks = std::min<int64_t>((n + 4095) / 4096 + 1, 132 * 32);
+    if (n % 16 == 0) copy_words<<<blocks, 256, 0, stream>>>((const int4*)x.data_ptr(), (int4*)y.data_ptr(), n / 16);
+    else copy_bytes<<<blocks, 256, 0, stream>>>((const uint8_t*)x.data_ptr(), (uint8_t*)y.data_ptr(), n);
+    return y;
+}
+'''
+_CPP = '''
+#include <torch/extension.h>
+#include <cstring>
+torch::Tensor copy(torch::Tensor x) {
+    x = x.contiguous();
+    auto y = torch::empty_like(x);
+    std::memcpy(y.data_ptr(), x.data_ptr(), x.numel() * x.element_size());
+    return y;
+}
+'''
+_MODEL_NEW = '''
+
+# ---- kforge throughput candidate: the problem's Model, each output copied by a compiled kernel ----
+from torch.utils.cpp_extension import load_inline as _load_inline
+
+_copy_ext = _load_inline(name="kb_copy_{tag}", {sources}, functions=["copy"], verbose=False)
+
+
+def _copied(value):
+    if isinstance(value, torch.Tensor):
+        return _copy_ext.copy(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_copied(v) for v in value)
+    return value
+
+
+class ModelNew(Model):
+    def forward(self, *args):
+        return _copied(super().forward(*args))
+'''
+
+
+def write_candidates(kernelbench: Path, level: int, first: int | None, out: Path, device: str) -> list[CandidateJob]:
+    """KernelBench's run-directory layout: level_L_problem_P_sample_0_kernel.py, one per problem."""
+    files = sorted((kernelbench / f"level{level}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))[:first]
+    sources = (f'cpp_sources="torch::Tensor copy(torch::Tensor x);", cuda_sources={_CUDA!r}' if device == "cuda"
+               else f"cpp_sources={_CPP!r}, extra_cflags=['-O2']")
+    jobs = []
+    for path in files:
+        pid = int(path.name.split("_")[0])
+        text = path.read_text()
+        body = _MODEL_NEW.format(tag=f"l{level}p{pid}", sources=sources)
+        target = out / f"level_{level}_problem_{pid}_sample_0_kernel.py"
+        target.write_text(text + ("\nimport torch\n" if "import torch\n" not in text else "") + body)
+        jobs.append(CandidateJob(path=target, problem=load_problem_file(path)))
+    return jobs
+
+
+class Sampler:
+    """Host memory used (above the start), kforge's summed RSS, and GPU memory/utilisation, every 0.5 s."""
+
+    def __init__(self, device: str):
+        self.device, self.stop = device, threading.Event()
+        self.base = self._used()
+        self.host_peak = self.rss_peak = self.gpu_mem_peak = 0
+        self.gpu_samples: list[int] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _used() -> int:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) * 1024
+
+    @staticmethod
+    def _tree_rss(root: int) -> int:
+        children: dict[int, list[int]] = {}
+        rss: dict[int, int] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+                rss[int(entry.name)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+            except (OSError, IndexError, ValueError):
+                continue
+        total, todo = 0, [root]
+        while todo:
+            pid = todo.pop()
+            total += rss.get(pid, 0)
+            todo += children.get(pid, [])
+        return total
+
+    def _gpu(self) -> None:
+        if self.device != "cuda":
+            return
+        line = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,utilization.gpu", "--format=csv,noheader,nounits", "-i", "0"],
+                              capture_output=True, text=True).stdout.strip().split(",")
+        if len(line) == 2:
+            self.gpu_mem_peak = max(self.gpu_mem_peak, int(line[0]) * 2**20)
+            self.gpu_samples.append(int(line[1]))
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.5):
+            self.host_peak = max(self.host_peak, self._used() - self.base)
+            self.rss_peak = max(self.rss_peak, self._tree_rss(os.getpid()))
+            self._gpu()
+
+    def __enter__(self) -> "Sampler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def report(self) -> dict:
+        idle = sum(u == 0 for u in self.gpu_samples) / len(self.gpu_samples) if self.gpu_samples else None
+        return {"host_used_peak_gb": round(self.host_peak / 1e9, 2), "kforge_rss_peak_gb": round(self.rss_peak / 1e9, 2),
+                "gpu_memory_peak_gb": round(self.gpu_mem_peak / 1e9, 2) if self.gpu_samples else None,
+                "gpu_idle_fraction": None if idle is None else round(idle, 3)}
+
+
+def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings) -> dict:
+    start, verdicts = time.perf_counter(), []
+    with Sampler(settings.device) as sampler:
+        for v in evaluate(jobs, settings):
+            verdicts.append(v)
+            print(json.dumps({"mode": mode, "n": len(verdicts), "at_s": round(time.perf_counter() - start, 1),
+                              "problem": v.problem, "status": v.status.value, "cause": v.evidence.cause[:160],
+                              "stage_s": v.evidence.stage_s}), file=sys.stderr, flush=True)
+    wall = time.perf_counter() - start
+    stages: dict[str, list[float]] = {}
+    for v in verdicts:
+        for stage, seconds in v.evidence.stage_s.items():
+            stages.setdefault(stage, []).append(seconds)
+    gpus = len(settings.gpus or [0]) if settings.device == "cuda" else 1
+    return {"mode": mode, "candidates": len(verdicts), "wall_s": round(wall, 1),
+            "candidates_per_hour_per_gpu": round(len(verdicts) / wall * 3600 / gpus, 1),
+            "statuses": dict(Counter(v.status.value for v in verdicts)),
+            "median_stage_s": {k: round(statistics.median(x), 3) for k, x in stages.items()},
+            **sampler.report(),
+            "failed": {v.problem: v.evidence.cause[:200] for v in verdicts if v.status.value in ("reference_error", "runtime_error", "timeout", "compile_error")}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kernelbench", type=Path)
+    ap.add_argument("--level", type=int, default=1)
+    ap.add_argument("--first", type=int, default=None, help="only the first N problems of the level")
+    ap.add_argument("--modes", default="cold,warm")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="kb-throughput-"))
+    (scratch / "run").mkdir()
+    jobs = write_candidates(args.kernelbench, args.level, args.first, scratch / "run", args.device)
+    settings = EvalSettings(device=args.device, size="full" if args.device == "cuda" else "small", jobs=args.jobs,
+                            build_root=scratch / "builds")
+    report = {"level": args.level, "problems": len(jobs), "jobs": args.jobs, "modes": []}
+    for mode in args.modes.split(","):
+        report["modes"].append(run_mode(mode, jobs, settings))
+        print(json.dumps(report["modes"][-1]), file=sys.stderr, flush=True)
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
