@@ -196,12 +196,13 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--build-root", type=Path, default=None, help="a build cache to reuse (default: a new, empty one)")
     args = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="kb-throughput-"))
     (scratch / "run").mkdir()
     jobs = write_candidates(args.kernelbench, args.level, args.first, scratch / "run", args.device)
     settings = EvalSettings(device=args.device, size="full" if args.device == "cuda" else "small", jobs=args.jobs,
-                            build_root=scratch / "builds")
+                            build_root=args.build_root or scratch / "builds")
     report = {"level": args.level, "problems": len(jobs), "jobs": args.jobs, "modes": []}
     for mode in args.modes.split(","):
         report["modes"].append(run_mode(mode, jobs, settings))

@@ -57,7 +57,7 @@ class _Bytes:
     """A device byte range as __cuda_array_interface__, which torch.as_tensor wraps without a copy."""
 
     def __init__(self, ptr: int, nbytes: int):
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, True), "version": 3}
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3}  # torch refuses read-only
 
 
 class Opened:
