@@ -168,7 +168,9 @@ def _serve(chan: Channel, req: dict, confined: bool, requests) -> None:
     _strict_fp32()
     if device == "cpu":
         torch.set_num_threads(req["cpu_threads"])  # reference and candidate get the same cores
-    chan.send("env", **_environment(device), confined=confined)
+    layers = json.loads(os.environ.get("KFORGE_JAIL") or '{"jail": "off: not started in the jail"}')
+    layers["seccomp"] = "on" if confined else "off: not x86-64, or not permitted"
+    chan.send("env", **_environment(device), confined=confined, sandbox=layers)
     problem = loading.load_problem(Path(req["problem_path"]), req["overrides"])
     if req["role"] == "reference":
         return _run_reference(chan, req, trials.build_model(problem.Model, problem, req["init_seed"], device), problem, requests)

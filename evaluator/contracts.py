@@ -50,6 +50,7 @@ class EvalSettings(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     build_root: Path | None = None  # content-addressed build cache; default ~/.cache/kforge/builds
     jobs: int = Field(2, ge=1)  # parallel compiles
+    sandbox: str = "strict"  # strict: refuse to run when a sandbox layer is missing; warn: run and say so
     gpus: list[str] | None = None  # CUDA devices (ids as CUDA_VISIBLE_DEVICES names them) to spread runs over; None: all visible
 
 
@@ -99,6 +100,7 @@ class Evidence(BaseModel):
     build_steps_s: dict[str, float] = Field(default_factory=dict)  # ninja step (object file, link) -> seconds
     stage_s: dict[str, float] = Field(default_factory=dict)  # wall seconds: the compile child, then each run stage
     gpu: str | None = None  # the CUDA device id (as in CUDA_VISIBLE_DEVICES) the candidate ran on
+    sandbox: dict[str, str] = Field(default_factory=dict)  # layer -> "on ..." or "off: why", as the child ran
     notes: list[str] = Field(default_factory=list)
 
 

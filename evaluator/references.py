@@ -70,7 +70,7 @@ class ReferenceServer:
         start would slow the run being timed)."""
         with self._lock:
             if self.child is None:
-                self.child = self.batch.spawn(self.workdir, self.workdir / "build")
+                self.child = self.batch.spawn(self.workdir, self.workdir / "build", self.problem)
 
     def ready(self, take: Callable[[], str | None]) -> Reference:
         self.prestart()

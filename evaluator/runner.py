@@ -18,11 +18,11 @@ from typing import Callable, Iterator, TypeVar
 import torch
 from pydantic import BaseModel
 
-from evaluator.contracts import EvalSettings, Evidence, Status, Verdict
+from evaluator.contracts import EvalSettings, Evidence, Limits, Status, Verdict
 from evaluator.hardware import device_name, visible_gpus
 from evaluator.judge import HANDED_PROBES, Outcome, ended_badly, judge
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
-from evaluator.sandbox import Child, ChildResult, run_child
+from evaluator.sandbox import Child, ChildResult, jail_spec, probe_layers, run_child
 from evaluator.trials import OUTPUT_SUFFIX
 from evaluator.static import check_source
 from reference_problems import Problem
@@ -65,9 +65,32 @@ class Batch:
         self.timing_seed, self.verify_seed = secrets.randbits(31), secrets.randbits(31)
         self.probe_fraction = 0.2 + 0.6 * secrets.randbelow(1000) / 1000  # which timed rep gets its output checked
         self.build_root = settings.build_root or DEFAULT_BUILD_ROOT
+        self.layers = self._check_sandbox()
         self.stop = threading.Event()  # set when the batch ends early: running children are stopped
         self._free = set(self.gpus)
         self._freed = threading.Condition()
+
+    def _check_sandbox(self) -> dict[str, str]:
+        """Probe the jail once; in strict mode a missing kernel-enforced layer stops the batch before any child
+        runs (the uid layer is reported, not required: see sandbox.identity)."""
+        layers = probe_layers(self.root)
+        missing = {k: v for k, v in layers.items() if k != "identity" and not v.startswith("on")}
+        if missing and self.settings.sandbox == "strict":
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise EvaluatorError("sandbox layer(s) missing: " + "; ".join(f"{k} {v}" for k, v in missing.items())
+                                 + " (--sandbox warn runs anyway and records it in every verdict)")
+        if missing:
+            _log.warning("running with sandbox layers missing: %s", missing)
+        return layers
+
+    def jail(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None) -> dict:
+        """The file rules of one child: its scratch and build dirs (and the shared precompiled headers, which a
+        compile child builds) writable; its problem and candidate files readable. A reference child, the comparer,
+        also reads the batch's scratch: on CPU the candidates' outputs arrive there as files."""
+        pch = self.build_root / "pch"
+        pch.mkdir(parents=True, exist_ok=True)
+        readable = [problem.path, candidate.resolve()] if candidate else [problem.path, self.root]
+        return jail_spec([workdir, build_dir, pch], readable)
 
     def reference_seeds(self) -> list[tuple[str, int]]:
         """The reference computes every output a candidate is checked against: its trials, timed and verify calls."""
@@ -97,16 +120,21 @@ class Batch:
             **extra,
         }
 
-    def spawn(self, workdir: Path, build_dir: Path, on_message: Callable[[dict], dict | None] | None = None) -> Child:
-        """An evaluator child, started (interpreter and torch load) but not yet given its request."""
-        return Child(workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu",
-                     stop=self.stop, on_message=on_message)
+    def spawn(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
+              on_message: Callable[[dict], dict | None] | None = None, limits: Limits | None = None) -> Child:
+        """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        return Child(workdir, build_dir, limits or self.settings.limits, cap_address_space=self.settings.device == "cpu",
+                     stop=self.stop, on_message=on_message, jail=self.jail(workdir, build_dir, problem, candidate))
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
             gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:
         request = self.request(role, problem, workdir / "out", candidate, **extra)
+        workdir.mkdir(parents=True, exist_ok=True)
+        build_dir.mkdir(parents=True, exist_ok=True)
         return run_child(request, workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu",
-                         stop=self.stop, gate=gate)
+                         stop=self.stop, gate=gate, jail=self.jail(workdir, build_dir, problem, candidate))
 
     def take_device(self, want: str | None = None) -> str | None:
         """A free device of the batch, or device `want` (waits for it); gives up when the batch is stopped."""
@@ -243,7 +271,7 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     runs on the device the comparer holds its expected outputs on."""
     settings, problem = batch.settings, prep.job.problem
     server, comparisons = problems.server(problem), {}
-    child = batch.spawn(prep.workdir, prep.build_dir, on_message=_relay(batch, prep, server, comparisons))
+    child = batch.spawn(prep.workdir, prep.build_dir, problem, prep.job.path, on_message=_relay(batch, prep, server, comparisons))
     try:
         ref = server.ready(take)
     except ReferenceFailed as exc:
@@ -261,6 +289,7 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     verdict.evidence.stage_s = {"compile_child": round(compiled.wall_s, 3), **result.stage_seconds(), "judge": round(judge_s, 3)}
     verdict.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
     verdict.evidence.notes += _notes(compiled, result)
+    verdict.evidence.sandbox = (result.last("env") or {}).get("sandbox") or {}
     verdict.wall_s = compiled.wall_s + result.wall_s
     shutil.rmtree(prep.workdir / "out", ignore_errors=True)
     return verdict

@@ -30,6 +30,12 @@ _KEEP_ENV = (
     "PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
     "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "NVCC_CCBIN", "MAX_JOBS",
 )
+_JAIL = ROOT / "evaluator" / "jail.py"
+# What every jailed child may read besides its own files: the system's programs and libraries, Python and its
+# packages, kforge's code, and the few files under /etc that the loader, compilers and Python look at.
+_SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/proc", "/sys", "/etc/ld.so.cache",
+                "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime", "/etc/passwd",
+                "/etc/group", "/etc/nsswitch.conf", "/run/nvidia-persistenced")
 _MEMORY_POLL_S = 0.25
 _GRACE_S = 2.0  # after SIGINT, before SIGKILL: torch's build removes its lock file, the child reports
 _PR_SET_PDEATHSIG = 1
@@ -103,6 +109,44 @@ def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
     return env
 
 
+def jail_spec(writable: list[Path], readable: list[Path]) -> dict:
+    """The jail's file rules for one child: write only `writable` (its scratch and build dirs), read the system,
+    Python, kforge and `readable` (its problem and candidate files, the shared precompiled headers)."""
+    python = {sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if p and Path(p).is_dir())}
+    cuda = [os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)]
+    return {"read": sorted({*_SYSTEM_READ, *python, *cuda, str(ROOT), *map(str, readable)} - {os.getcwd()} | {str(ROOT)}),
+            "write": [str(p) for p in writable], "list": ["/dev"]}
+
+
+_PROBE = ("import json, os, runpy; f = runpy.run_path(os.environ['KFORGE_CONFINE'])['forbid_touching_parent']; "
+          "layers = json.loads(os.environ.get('KFORGE_JAIL', '{}')); "
+          "layers['seccomp'] = 'on' if f() else 'off: not x86-64, or not permitted'; print(json.dumps(layers))")
+
+
+def probe_layers(scratch: Path) -> dict[str, str]:
+    """Which sandbox layers a jailed child gets on this machine: each 'on', or 'off: why'."""
+    spec = jail_spec([scratch], [])
+    cmd = [sys.executable, str(_JAIL), json.dumps(spec), "--", sys.executable, "-c", _PROBE]
+    try:
+        env = scrubbed_env(scratch, scratch, "probe") | {"KFORGE_CONFINE": str(ROOT / "evaluator" / "confine.py")}
+        proc = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=60)
+        layers = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError) as exc:
+        return {"jail": f"off: the jail did not start ({type(exc).__name__})"}
+    return layers | {"identity": identity()}
+
+
+def identity() -> str:
+    """Children keep kforge's uid: as root they are root without capabilities (files owned by root stay
+    readable where Landlock allows reading); no user namespace maps them to an unprivileged uid yet."""
+    return "off: same uid as kforge (root without capabilities)" if os.geteuid() == 0 else f"on (uid {os.geteuid()})"
+
+
+def _command(jail: dict | None, req_r: int, res_w: int) -> list[str]:
+    child = [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)]
+    return child if jail is None else [sys.executable, str(_JAIL), json.dumps(jail), "--", *child]
+
+
 def _prepare_child(limits: Limits, cap_address_space: bool) -> None:
     """Runs in the child before exec. CUDA reserves huge virtual ranges, so RLIMIT_AS only for CPU runs.
     RLIMIT_FSIZE caps each file it writes (Python then gets EFBIG); RLIMIT_NPROC would not bind root.
@@ -168,7 +212,7 @@ class Child:
 
     def __init__(self, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
                  stop: threading.Event | None = None, pass_fds: tuple[int, ...] = (),
-                 on_message: Callable[[dict], dict | None] | None = None):
+                 on_message: Callable[[dict], dict | None] | None = None, jail: dict | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
@@ -179,7 +223,7 @@ class Child:
         self.token = secrets.token_hex(16)
         with open(self.result.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)], cwd=workdir,
+                _command(jail, req_r, res_w), cwd=workdir,
                 env=scrubbed_env(workdir, build_dir, self.token), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, pass_fds=(req_r, res_w, *pass_fds), start_new_session=True,
                 preexec_fn=lambda: _prepare_child(limits, cap_address_space),
@@ -261,14 +305,14 @@ def _parse(line: bytes) -> dict:
 def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
               stop: threading.Event | None = None, gpu: str | None = None, pass_fds: tuple[int, ...] = (),
               gate: Callable[[], str | None] | None = None,
-              on_message: Callable[[dict], dict | None] | None = None) -> ChildResult:
+              on_message: Callable[[dict], dict | None] | None = None, jail: dict | None = None) -> ChildResult:
     """Start `python -m evaluator.child`, send it the request on its pipe, wait with timeout and memory watch.
     Setting `stop` (or an exception here, e.g. Ctrl-C) ends the child the same polite way as a timeout;
     `gpu` pins it to one CUDA device (the child sets CUDA_VISIBLE_DEVICES from the request); `pass_fds` are more
     descriptors it inherits (named in the request). `gate`, if given, is called once the child has started --
     its interpreter and torch load meanwhile, seconds -- and returns the device to pin it to: the request goes
     out, and the child's clock starts, only then."""
-    child = Child(workdir, build_dir, limits, cap_address_space, stop, pass_fds, on_message)
+    child = Child(workdir, build_dir, limits, cap_address_space, stop, pass_fds, on_message, jail)
     try:
         child.begin(request, gpu, gate)
     except BaseException:

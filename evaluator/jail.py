@@ -1,0 +1,164 @@
+"""The jail every evaluator child runs in: `python evaluator/jail.py SPEC_JSON -- CMD...` (run as a file, so that
+starting it imports neither torch nor the evaluator package).
+
+Layers, each enforced by the kernel and each reported (a missing one is named, never silently skipped):
+- pid: a new PID namespace whose init is the evaluator child itself. When it ends, the kernel kills every process
+  the candidate made (double-forked, setsid'd, parent-death signal cleared), and kforge's processes have no pid
+  inside it to signal, trace or open under /proc.
+- proc: a private mount namespace with its own /proc, which lists only the jail's processes.
+- caps: the capability bounding set emptied and no new privileges: root inside has no capability after exec.
+- landlock: reads only where Python, torch, compilers and CUDA live plus the child's own files; writes only its
+  scratch and build dirs (and a few device files); no TCP bind/connect; no abstract unix socket or signal
+  outside the jail.
+The outer process (this module's parent half) waits for the child, passes SIGINT/SIGTERM on, and dies with kforge
+(parent-death signal); the child gets SIGKILL when it dies, so nothing outlives kforge.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+
+import landlockpy
+from landlockpy import AccessFS, AccessNet, Scope
+
+_CLONE_NEWNS, _CLONE_NEWPID = 0x00020000, 0x20000000
+_MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x4000, 1 << 18, 2, 4, 8
+_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
+_LAST_CAP = 63
+
+_READ = AccessFS.READ_FILE | AccessFS.READ_DIR | AccessFS.EXECUTE
+_WRITE = _READ | AccessFS.WRITE_FILE | AccessFS.REMOVE_DIR | AccessFS.REMOVE_FILE | AccessFS.MAKE_DIR | \
+    AccessFS.MAKE_REG | AccessFS.MAKE_SYM | AccessFS.MAKE_FIFO | AccessFS.MAKE_SOCK | AccessFS.REFER | AccessFS.TRUNCATE
+_DEVICE_RW = AccessFS.READ_FILE | AccessFS.WRITE_FILE | AccessFS.IOCTL_DEV | AccessFS.TRUNCATE
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount_proc() -> None:
+    """Our mounts stop propagating to the host, then a /proc of this PID namespace replaces the host's view."""
+    libc = _libc()
+    _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "make / private")
+    _check(libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None), "mount /proc")
+
+
+def _drop_capabilities() -> None:
+    libc = _libc()
+    for cap in range(_LAST_CAP + 1):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the kernel's last capability: fine
+    _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+def _landlock(spec: dict) -> str:
+    """Apply the file and network rules; the ABI it ran with, or why not."""
+    abi = landlockpy.abi_version()
+    if abi < 1:
+        return "off: the kernel has no Landlock"
+    with landlockpy.Ruleset(handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
+                            scoped=Scope.ABSTRACT_UNIX_SOCKET | Scope.SIGNAL) as rules:
+        for path in spec["read"]:
+            if os.path.exists(path):
+                rules.allow_path(path, _READ if os.path.isdir(path) else _READ & ~AccessFS.READ_DIR)
+        for path in spec.get("list", []):  # names only (/dev: its files are raw disks, memory, other users' shm)
+            rules.allow_path(path, AccessFS.READ_DIR)
+        for path in spec["write"]:
+            rules.allow_path(path, _WRITE)
+        for path in [*_DEVICES, *(os.path.join("/dev", n) for n in _list("/dev") if n.startswith("nvidia"))]:
+            if os.path.exists(path) and not os.path.isdir(path):
+                rules.allow_path(path, _DEVICE_RW)
+        rules.restrict()
+    return f"on (ABI {abi})"
+
+
+def _list(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _inside(spec: dict, cmd: list[str]) -> None:
+    """PID 1 of the new namespace: build the walls, then become the evaluator child."""
+    layers = {}
+    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    try:
+        _mount_proc()
+        layers["proc"] = "on"
+    except OSError as exc:
+        layers["proc"] = f"off: {exc}"
+    _drop_capabilities()
+    layers["caps"] = "on"
+    layers["landlock"] = _landlock(spec)
+    os.environ["KFORGE_JAIL"] = json.dumps(layers | {"pid": "on"})
+    os.execvpe(cmd[0], cmd, os.environ)
+
+
+def _kill_later(pid: int):
+    def handler(_signum, _frame):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return handler
+
+
+def _forward(pid: int):
+    """SIGINT/SIGTERM go on to the child; if it has not ended 3 s later (it may ignore them, and kforge may be
+    dead: this process also gets SIGINT as its parent-death signal) it is killed, and the namespace with it."""
+    def handler(signum, _frame):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+        signal.alarm(3)
+    return handler
+
+
+def main() -> None:
+    spec, cmd = json.loads(sys.argv[1]), sys.argv[3:]
+    libc = _libc()
+    pid_ns = libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS) == 0
+    if not pid_ns:
+        reason = os.strerror(ctypes.get_errno())
+        os.environ["KFORGE_JAIL"] = json.dumps({"pid": f"off: {reason}", "proc": "off: no namespace", "caps": "off",
+                                                "landlock": _landlock(spec)})
+        os.execvpe(cmd[0], cmd, os.environ)
+    child = os.fork()
+    if child == 0:
+        try:
+            _inside(spec, cmd)
+        except BaseException as exc:  # noqa: BLE001 - said in the child's log, which kforge shows as evidence
+            print(f"kforge jail: could not start the child: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        os._exit(127)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _forward(child))
+    signal.signal(signal.SIGALRM, _kill_later(child))
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except ChildProcessError:
+            os._exit(1)
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # die the same way, so the parent sees the signal
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
