@@ -36,6 +36,7 @@ class Reference:
     compiled: TimingStats | None = None
     footprint: int = 0  # bytes the comparer holds on its device (host bytes on CPU)
     audit: list[dict] = field(default_factory=list)
+    run_s: float = 0.0  # the reference child's seconds from its request to ready: what a candidate's budget follows
 
     @property
     def max_input_numel(self) -> int:

@@ -96,7 +96,8 @@ class ReferenceServer:
         times = timings(result, batch.settings.device)
         self.reference = Reference(meta={label: entry["outputs"] for label, entry in report.items()}, trials=report,
                                    timing=times.get("model"), compiled=times.get("compiled"),
-                                   footprint=int(ready.get("footprint", 0)), audit=ready.get("audit") or [])
+                                   footprint=int(ready.get("footprint", 0)), audit=ready.get("audit") or [],
+                                   run_s=ready["_t"] - result.started)
 
     def _pin(self, gpu: str | None) -> str | None:
         self.gpu = gpu

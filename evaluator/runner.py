@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from evaluator.contracts import EvalSettings, Evidence, Limits, Status, Verdict
 from evaluator.hardware import device_name, visible_gpus
-from evaluator.judge import HANDED_PROBES, Outcome, ended_badly, judge
+from evaluator.judge import HANDED_PROBES, Outcome, Reference, ended_badly, judge
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
 from evaluator.sandbox import Child, ChildResult, jail_spec, probe_layers, run_child
 from evaluator.trials import OUTPUT_SUFFIX
@@ -176,6 +176,17 @@ def _notes(compiled: ChildResult, result: ChildResult) -> list[str]:
     return notes
 
 
+_RUN_BASE_S, _RUN_FACTOR = 20.0, 10.0
+
+
+def run_budget(settings: EvalSettings, ref: Reference) -> EvalSettings:
+    """A candidate's run (load, trials, leak check, timing, probe) gets 20 s plus 10 times what the reference's run
+    took (its trials and timing, the same calls), capped by the limit: a hang is a timeout in about a minute on a
+    small problem, not after the cap; a kernel far slower than the reference times out."""
+    timeout = min(settings.limits.timeout_s, _RUN_BASE_S + _RUN_FACTOR * ref.run_s)
+    return settings.model_copy(update={"limits": settings.limits.model_copy(update={"timeout_s": timeout})})
+
+
 def _speed(outcome: Outcome, ref: Reference) -> dict:
     """Timings and speedups, reported only for a correct candidate."""
     timing = outcome.timing
@@ -277,10 +288,12 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     except ReferenceFailed as exc:
         child.finish(wait=False)
         return _verdict(prep.job, prep.sha256, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
+    budget = run_budget(settings, ref)
+    child.limits = budget.limits
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.job.path), gate=lambda: take(server.gpu))
     result = child.finish()
     judged_at = time.monotonic()
-    outcome = judge(result, ref, problem.meta, settings, comparisons)
+    outcome = judge(result, ref, problem.meta, budget, comparisons)
     judge_s = time.monotonic() - judged_at
     verdict = _verdict(prep.job, prep.sha256, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}

@@ -108,4 +108,5 @@ def kforge_runner(tmp_path: Path, build_root: Path, **env_extra: str):
         return proc
 
     run.db_url = env["KFORGE_DB"]
+    run.env = env
     return run

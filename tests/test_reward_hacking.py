@@ -22,7 +22,6 @@ from evaluator.timing import implausible
 from reference_problems import resolve_problem
 
 RELU = Path(__file__).parent / "adversarial" / "relu"
-DAEMON_PIDS = Path("/tmp/kforge-adversarial-daemon.pids")  # written by adversarial/relu/daemon.py
 CHEAT, INCORRECT, CORRECT = Status.CHEAT, Status.INCORRECT, Status.CORRECT
 CONFINED = platform.machine() == "x86_64"  # where the seccomp filter exists
 
@@ -69,7 +68,6 @@ def adversarial_settings(build_root) -> EvalSettings:
 def verdicts(adversarial_settings) -> dict[str, Verdict]:
     """One batch: the adversarial candidates (sharing one compiled kernel) and the honest CPU examples, with a
     database URL in kforge's environment that no child may see."""
-    DAEMON_PIDS.unlink(missing_ok=True)
     relu = resolve_problem("relu")
     jobs = [CandidateJob(path=RELU / f"{name}.py", problem=relu) for name in [*EXPECTED, "env_probe"]]
     jobs += [CandidateJob(path=p, problem=resolve_problem(p.parent.name)) for p in HONEST]
@@ -104,21 +102,24 @@ def test_children_see_no_database_and_a_private_home(verdicts):
     assert "HOME=/" in cause and "/compile" in cause  # HOME is the child's own scratch folder
 
 
-def _started_at(pid: str) -> str | None:
-    """The start time of the live process with this pid (a reused pid has another one); None if there is none
-    or it is dead and only waits to be reaped (a zombie: orphans are reaped by pid 1, whenever it gets to it)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] in ("Z", "X") else fields[19]
+def _running(marker: str) -> list[str]:
+    """Live processes (not zombies) whose command line carries the marker."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker.encode() in (proc / "cmdline").read_bytes() and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX":
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found
 
 
 @pytest.mark.slow
-def test_a_daemon_left_behind_is_killed(verdicts):
-    daemons = [line.split() for line in DAEMON_PIDS.read_text().splitlines()]
-    assert daemons and not any(_started_at(pid) == start for pid, start in daemons)
-    assert any("left running" in note for note in verdicts["daemon"].evidence.notes)
+def test_a_daemon_left_behind_is_gone_with_its_child(verdicts):
+    """The daemon (double-forked, setsid, parent-death signal cleared, a shell loop) lived in the child's PID
+    namespace: the kernel ended it with the child, before the verdict came back."""
+    assert verdicts["daemon"].status is CORRECT
+    assert _running("kforge-adversarial-daemon") == []
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """The one compiled kernel the adversarial candidates share: a plain C++ ReLU.
 
 A candidate file is built in a folder keyed on its own content, so each would recompile its own copy
-(~45 s here). They import this module instead, which builds into one folder beside kforge's build cache:
+(~45 s here). They import this module instead, which builds into one folder of kforge's build cache:
 the same name and source hit torch's own cache, so the whole suite compiles it once.
 """
 
@@ -22,6 +22,7 @@ torch::Tensor relu(torch::Tensor x) {
 }
 """
 
-BUILD_DIR = Path(os.environ["TORCH_EXTENSIONS_DIR"]).parent / "adversarial_tiny_ext"
+# the jail lets a child write only its own build dir and the build root's shared pch/ folder: the test kernel lives there
+BUILD_DIR = Path(os.environ["TORCH_EXTENSIONS_DIR"]).parent / "pch" / "adversarial_tiny_ext"
 BUILD_DIR.mkdir(exist_ok=True)
 ext = load_inline(name="kforge_adversarial_relu", cpp_sources=SOURCE, functions=["relu"], build_directory=str(BUILD_DIR))

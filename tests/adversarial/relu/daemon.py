@@ -1,23 +1,20 @@
-"""Exploit 9: leaves a daemon behind (double fork + setsid, out of the child's process group) that would keep
-burning CPU while other candidates and the reference are timed. Its pid goes to a file the test reads."""
+"""Exploit 9: leaves a daemon behind (double fork + setsid, out of the child's process group, its parent-death
+signal cleared, then a shell loop) that would keep burning CPU while other candidates and the reference are
+timed. Its command line carries a marker the tests look for under /proc."""
+import ctypes
 import os
-import time
 
 import torch.nn as nn
 
 from tests.adversarial.tiny_ext import ext
 
-PID_FILE = "/tmp/kforge-adversarial-daemon.pids"
+MARKER = "kforge-adversarial-daemon"
 
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
-        with open(PID_FILE, "a") as fh, open("/proc/self/stat") as stat:  # pid and start time: pids get reused
-            fh.write(f"{os.getpid()} {stat.read().rsplit(')', 1)[1].split()[19]}\n")
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            pass
-        os._exit(0)
+        ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG 0: no signal when its parent dies
+        os.execvp("sh", ["sh", "-c", "while :; do sleep 0.2; done", MARKER])
     os._exit(0)
 
 

@@ -1,0 +1,250 @@
+"""The jail, tested with real hostile candidates doing the real thing, each checked from outside.
+
+Every candidate here tries its attack both while it compiles (at import) and while it runs. If any attempt
+succeeds, forward() raises naming it, so the verdict says `runtime_error: ... escaped: [...]`; `correct` means
+every attempt was refused by the kernel. Effects are also checked from outside (files, rows, listeners, /proc).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, kforge_runner
+from evaluator import CandidateJob, EvalSettings, Status, Verdict, evaluate
+from evaluator.sandbox import probe_layers
+from reference_problems import resolve_problem
+
+pytestmark = pytest.mark.skipif(not probe_layers(Path("/tmp")).get("pid", "").startswith("on"),
+                                reason="this kernel gives no PID namespace to the jail")
+
+HEADER = '''
+import ctypes, glob, os, signal, socket, sqlite3
+import torch.nn as nn
+from tests.adversarial.tiny_ext import ext
+
+ESCAPED = []
+
+
+def attempt(name, action):
+    try:
+        action()
+        ESCAPED.append(name)
+    except Exception:
+        pass
+
+
+def write(path):
+    with open(path, "w") as fh:
+        fh.write("escaped")
+
+
+def attack():
+'''
+FOOTER = '''
+
+attack()
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        if not hasattr(self, "done"):
+            self.done = attack() or True
+        if ESCAPED:
+            raise RuntimeError(f"escaped: {sorted(set(ESCAPED))}")
+        return ext.relu(x)
+'''
+
+
+def _candidate(directory: Path, name: str, body: str) -> Path:
+    path = directory / f"{name}.py"
+    path.write_text(HEADER + "\n".join("    " + line for line in body.strip().splitlines()) + FOOTER)
+    return path
+
+
+class Listeners:
+    """A TCP listener on 127.0.0.1 and an abstract unix socket, counting the connections they accept."""
+
+    def __init__(self):
+        self.tcp = socket.create_server(("127.0.0.1", 0))
+        self.unix = socket.socket(socket.AF_UNIX)
+        self.abstract = f"kforge-test-{os.getpid()}"
+        self.unix.bind("\0" + self.abstract)
+        self.unix.listen()
+        self.accepted = 0
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._accept, args=(s,), daemon=True) for s in (self.tcp, self.unix)]
+        for t in self.threads:
+            t.start()
+
+    def _accept(self, server: socket.socket) -> None:
+        server.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                server.accept()[0].close()
+                self.accepted += 1
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+        self.tcp.close()
+        self.unix.close()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, build_root) -> dict:
+    """Things a candidate must not reach: a db with rows, a secret, a home, listeners; and the batch's verdicts."""
+    base = tmp_path_factory.mktemp("world")
+    (base / "db").mkdir()
+    db = base / "db" / "kforge.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE evaluation (id INTEGER PRIMARY KEY, status TEXT)")
+        conn.executemany("INSERT INTO evaluation (status) VALUES (?)", [("correct",)] * 5)
+    (base / ".kforge").mkdir()
+    (base / ".kforge" / "secret").write_text("api-key")
+    listeners = Listeners()
+    targets = [base / "home_marker", Path(f"/tmp/kforge-escape-{os.getpid()}"), base / "db" / "planted",
+               build_root / "poisoned", Path(f"/dev/shm/kforge-escape-{os.getpid()}"), Path(f"/var/tmp/kforge-escape-{os.getpid()}")]
+    hostile = base / "hostile"
+    hostile.mkdir()
+    bodies = {
+        "writes": "\n".join(f"attempt('write {t}', lambda: write({str(t)!r}))" for t in targets)
+                  + "\nattempt('write another scratch', lambda: write(os.getcwd().split('/cand')[0] + '/cand00001/x'))",
+        "reads_secret": f"attempt('read secret', lambda: open({str(base / '.kforge' / 'secret')!r}).read())\n"
+                        "attempt('read /etc/shadow', lambda: open('/etc/shadow').read())\n"
+                        "attempt('read a disk', lambda: open(sorted(glob.glob('/dev/[sv]d[a-z]') + glob.glob('/dev/nvme0n1'))[0], 'rb').read(1))",
+        "network": f"attempt('tcp', lambda: socket.create_connection(('127.0.0.1', {listeners.tcp.getsockname()[1]}), timeout=2))\n"
+                   f"attempt('abstract unix', lambda: socket.socket(socket.AF_UNIX).connect('\\0{listeners.abstract}'))\n"
+                   "attempt('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 9)))",
+        "db_hunter": f"for path in glob.glob({str(base / '**' / '*.db')!r}, recursive=True) + glob.glob('/root/.kforge/*.db'):\n"
+                     "    attempt('truncate ' + path, lambda: open(path, 'w').close())\n"
+                     "    attempt('rename ' + path, lambda: os.rename(path, path + '.gone'))\n"
+                     "    attempt('delete rows ' + path, lambda: sqlite3.connect(path).execute('DELETE FROM evaluation').connection.commit())\n"
+                     "    attempt('unlink ' + path, lambda: os.unlink(path))",
+        "parent": f"attempt('signal kforge', lambda: os.kill({os.getpid()}, 0))\n"
+                  f"attempt('see kforge in /proc', lambda: open('/proc/{os.getpid()}/status').read())\n"
+                  "attempt('see the host processes', lambda: [][0] if len(glob.glob('/proc/[0-9]*')) < 20 else None)",
+        "proc_opener": "for fd in glob.glob('/proc/*/fd/*'):\n"
+                       "    try:\n"
+                       "        os.close(os.open(fd, os.O_RDONLY | os.O_NONBLOCK))\n"
+                       "    except OSError:\n"
+                       "        pass",
+    }
+    paths = [_candidate(hostile, name, body) for name, body in bodies.items()]
+    paths.append(ROOT / "tests" / "adversarial" / "relu" / "daemon.py")
+    settings = EvalSettings(device="cpu", size="small", trials=2, warmup_ms=5, rep_ms=20, leak_calls=2, jobs=2, build_root=build_root)
+    relu = resolve_problem("relu")
+    started = time.monotonic()
+    try:
+        verdicts = {Path(v.solution_path).stem: v for v in evaluate([CandidateJob(path=p, problem=relu) for p in paths], settings)}
+    finally:
+        listeners.close()
+    return {"verdicts": verdicts, "db": db, "targets": targets, "listeners": listeners, "wall_s": time.monotonic() - started}
+
+
+def _ok(v: Verdict) -> None:
+    assert v.status is Status.CORRECT, v.evidence.cause
+    assert v.evidence.sandbox.get("landlock", "").startswith("on") and v.evidence.sandbox.get("pid") == "on", v.evidence.sandbox
+
+
+@pytest.mark.slow
+def test_writes_outside_the_scratch_fail(world):
+    _ok(world["verdicts"]["writes"])
+    assert [t for t in world["targets"] if t.exists()] == []
+
+
+@pytest.mark.slow
+def test_secrets_and_devices_cannot_be_read(world):
+    _ok(world["verdicts"]["reads_secret"])
+
+
+@pytest.mark.slow
+def test_no_connection_reaches_a_listener(world):
+    _ok(world["verdicts"]["network"])
+    assert world["listeners"].accepted == 0
+
+
+@pytest.mark.slow
+def test_the_db_hunter_leaves_every_row(world):
+    _ok(world["verdicts"]["db_hunter"])
+    with sqlite3.connect(world["db"]) as conn:
+        assert conn.execute("SELECT count(*) FROM evaluation").fetchone() == (5,)
+
+
+@pytest.mark.slow
+def test_kforge_is_invisible_and_unreachable(world):
+    _ok(world["verdicts"]["parent"])
+
+
+@pytest.mark.slow
+def test_opening_everything_under_proc_gets_a_verdict_on_time(world):
+    _ok(world["verdicts"]["proc_opener"])
+    assert world["wall_s"] < 600
+
+
+def _running(marker: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            alive = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+            if alive and marker.encode() in (proc / "cmdline").read_bytes():
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_a_daemon_is_gone_when_the_verdict_arrives(world):
+    _ok(world["verdicts"]["daemon"])
+    assert _running("kforge-adversarial-daemon") == []
+
+
+@pytest.mark.slow
+def test_nothing_outlives_kforge_killed_mid_evaluation(tmp_path, build_root):
+    """kforge is SIGKILLed while the daemon's candidate runs: the jail's outer process gets its parent-death
+    signal, the child is killed, and the kernel ends the whole namespace, daemon included."""
+    run = kforge_runner(tmp_path, build_root)
+    slow = tmp_path / "relu" / "daemon_then_hang.py"
+    slow.parent.mkdir()
+    slow.write_text((ROOT / "tests" / "adversarial" / "relu" / "daemon.py").read_text().replace(
+        "return ext.relu(x)", "while True:\n            pass"))
+    proc = subprocess.Popen([sys.executable, "-m", "kforge", "submit", str(slow), "--problem", "relu", "--device", "cpu",
+                             "--db", f"sqlite:///{tmp_path / 'k.db'}"], cwd=ROOT, env=run.env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not _running("kforge-adversarial-daemon") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _running("kforge-adversarial-daemon"), "the daemon never started"
+    time.sleep(2)  # the candidate child now runs (its compile child and its daemon are gone already)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 15
+    while _running("kforge-adversarial-daemon") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _running("kforge-adversarial-daemon") == []
+    assert _running(str(slow)) == []
+
+
+@pytest.mark.slow
+def test_a_hang_is_a_timeout_within_two_minutes(cpu_settings):
+    """No limit set by hand: the run budget follows from the reference's own time, so the default cap (15 min)
+    never comes into play."""
+    job = CandidateJob(path=ROOT / "tests" / "candidates" / "scale_bias_hardswish" / "py_timeout.py",
+                       problem=resolve_problem("scale_bias_hardswish"))
+    started = time.monotonic()
+    (v,) = evaluate([job], cpu_settings)
+    assert v.status is Status.TIMEOUT and time.monotonic() - started < 120, (v.status, time.monotonic() - started)
+    assert _running(str(job.path)) == []
