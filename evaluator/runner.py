@@ -78,7 +78,7 @@ class Batch:
         if missing and self.settings.sandbox == "strict":
             shutil.rmtree(self.root, ignore_errors=True)
             raise EvaluatorError("sandbox layer(s) missing: " + "; ".join(f"{k} {v}" for k, v in missing.items())
-                                 + " (--sandbox warn runs anyway and records it in every verdict)")
+                                 + " (KFORGE_SANDBOX=warn runs anyway and records it in every verdict)")
         if missing:
             _log.warning("running with sandbox layers missing: %s", missing)
         return layers
@@ -270,6 +270,7 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
 
 def _judge_candidate(batch: Batch, problems: OpenProblems, prep: _Prepared, compiled: ChildResult) -> Verdict:
     try:
+        batch.on_stage(prep.job, "running")
         verdict, gpu = _on_free_device(batch, lambda take: _evaluate_compiled(batch, problems, prep, compiled, take))
         verdict.evidence.gpu = gpu
         return verdict
@@ -337,12 +338,17 @@ class _Dispatcher:
         return set(self.running)
 
 
-def evaluate(jobs: list[CandidateJob], settings: EvalSettings) -> Iterator[Verdict]:
+Stage = Callable[[CandidateJob, str], None]
+
+
+def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage | None = None) -> Iterator[Verdict]:
     """Judge every job; verdicts are yielded as they are ready (static ones first). Compiles run in parallel
     (on CPU before any timed run); each compiled candidate runs as soon as a device is free and its problem's
-    reference is open. However it ends (Ctrl-C, or the caller closing the generator), running children are
-    stopped and the scratch space removed."""
+    reference is open. `on_stage(job, stage)` hears each job enter compiling, waiting (compiled, for a device
+    or its problem's reference) and running (called from worker threads). However it ends (Ctrl-C, or the
+    caller closing the generator), running children are stopped and the scratch space removed."""
     batch = Batch(settings)
+    batch.on_stage = on_stage or (lambda job, stage: None)
     compilers = ThreadPoolExecutor(max_workers=settings.jobs)
     runners = ThreadPoolExecutor(max_workers=2 * len(batch.gpus))
     problems = None
@@ -353,6 +359,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings) -> Iterator[Verdi
             if isinstance(item, Verdict):
                 yield item
             else:
+                batch.on_stage(job, "compiling")
                 prepared.append(item)
         problems = OpenProblems(batch, [prep.job.problem for prep in prepared])
         compiling = {compilers.submit(_compile, batch, prep): prep for prep in prepared}
@@ -370,6 +377,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings) -> Iterator[Verdi
                         problems.finished_one(prep.job.problem)
                         yield failed
                     else:
+                        batch.on_stage(prep.job, "waiting")
                         dispatch.ready.append((prep, future.result()))
                 else:
                     dispatch.running.discard(future)

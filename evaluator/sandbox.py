@@ -149,12 +149,15 @@ def _command(jail: dict | None, req_r: int, res_w: int) -> list[str]:
 
 def _prepare_child(limits: Limits, cap_address_space: bool) -> None:
     """Runs in the child before exec. CUDA reserves huge virtual ranges, so RLIMIT_AS only for CPU runs.
+    RLIMIT_CPU caps each process at the CPU seconds its wall budget could use on every core.
     RLIMIT_FSIZE caps each file it writes (Python then gets EFBIG); RLIMIT_NPROC would not bind root.
     SIGINT is the polite stop (Python turns it into KeyboardInterrupt, and torch's build then removes its
     lock file), so it must not be inherited as ignored; the child gets it too if kforge itself dies."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    cpu = int(limits.timeout_s * (os.cpu_count() or 1)) + 1  # no process may use more CPU than the wall budget allows
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
     fsize = limits.file_size_mb * 2**20
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     if cap_address_space:

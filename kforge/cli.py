@@ -14,14 +14,14 @@ from typing import Annotated, Callable, Iterable, Iterator, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
 from db import Database, DatabaseError, EvaluationRow
-from evaluator import CandidateJob, EvalSettings, EvaluatorError, Limits, Verdict, evaluate
+from evaluator import CandidateJob, EvalSettings, EvaluatorError, Limits, Status, Verdict, evaluate
 from evaluator.hardware import auto_device, device_name
 from evaluator.static import check_source
 from kforge import kernelbench, record
+from kforge.progress import BatchProgress
 from kforge.settings import Settings
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
 
@@ -70,8 +70,10 @@ def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline
     if size not in ("full", "small"):
         raise UserError(f"--size must be full, small or auto, not '{size}'")
     limits = Limits(timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
+    if cfg.sandbox not in ("strict", "warn"):
+        raise UserError(f"KFORGE_SANDBOX must be strict or warn, not '{cfg.sandbox}'")
     return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root,
-                        compile_baseline=compile_baseline, gpus=gpus.split(",") if gpus else None)
+                        compile_baseline=compile_baseline, gpus=gpus.split(",") if gpus else None, sandbox=cfg.sandbox)
 
 
 def backend_for(name: str, address: str | None) -> Callable[[list[CandidateJob], EvalSettings], Iterator[Verdict]]:
@@ -150,19 +152,20 @@ def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSetting
     for job in jobs:
         sha = kernelbench.record_solution(database, job.problem, job.path)
         row = None if rerun else database.find_evaluation(sha, where, settings.size)
-        if row:
+        if row and row.status != Status.REFERENCE_ERROR.value:  # kforge's own failure is no verdict to reuse
             yield row_line(row)
         else:
             todo.append(job)
-    with Progress(console=err, disable=not progress or not todo, transient=True) as bar:
-        task = bar.add_task("evaluating", total=len(todo))
-        with contextlib.closing(backend(todo, settings)) as verdicts:  # stops its children however we leave
+    with BatchProgress(err, len(todo), show=progress) as bar:
+        hooks = {"on_stage": bar.stage} if backend is evaluate else {}
+        with contextlib.closing(backend(todo, settings, **hooks)) as verdicts:  # stops its children however we leave
             for verdict in verdicts:
-                bar.advance(task)
+                bar.done(verdict.solution_path, verdict.status.value)
                 yield verdict_line(verdict, record.record_verdict(database, verdict))
 
 
 def emit(lines: Iterable[dict], as_json: bool) -> list[dict]:
+    """Print the verdicts; exit 1 (after printing them all) if kforge's own side failed for any candidate."""
     collected = []
     for line in lines:
         collected.append(line)
@@ -170,7 +173,33 @@ def emit(lines: Iterable[dict], as_json: bool) -> list[dict]:
             print(json.dumps(line), flush=True)
     if not as_json:
         out.print(results_table(collected))
+    failed = sum(line["status"] == Status.REFERENCE_ERROR.value for line in collected)
+    if failed:
+        err.print(f"kforge: {failed} candidate(s) not judged: their problem's reference failed (see the causes)",
+                  markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
     return collected
+
+
+@app.command()
+@friendly
+def doctor(as_json: JsonOpt = False) -> None:
+    """Which sandbox layers candidates run under on this machine (each enforced by the kernel, or why not)."""
+    import tempfile
+
+    from evaluator.sandbox import probe_layers
+
+    with tempfile.TemporaryDirectory(prefix="kforge-doctor-") as scratch:
+        layers = probe_layers(Path(scratch))
+    if as_json:
+        print(json.dumps(layers, indent=1))
+        return
+    table = Table(title="sandbox layers")
+    for col in ("layer", "state"):
+        table.add_column(col, overflow="fold")
+    for layer, state in layers.items():
+        table.add_row(layer, f"[{'green' if state.startswith('on') else 'red'}]{state}[/]")
+    out.print(table)
 
 
 @app.command()
@@ -212,13 +241,9 @@ def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining Mod
         raise UserError(f"{path.name}: {check.cause}: not a kforge candidate")
     job = CandidateJob(path=path, problem=problem_for(path, problem))
     settings = eval_settings(device, size)
-    lines = list(run_jobs(open_db(db), [job], settings, rerun, progress=not as_json))
-    if as_json:
-        print(json.dumps(lines[0]))
-    else:
-        emit(lines, as_json=False)
-        if lines[0]["reused"]:
-            err.print("(stored verdict for identical code on this device; --rerun to evaluate again)")
+    lines = emit(run_jobs(open_db(db), [job], settings, rerun, progress=not as_json), as_json)
+    if lines[0]["reused"] and not as_json:
+        err.print("(stored verdict for identical code on this device; --rerun to evaluate again)")
 
 
 def collect(directory: Path, problem: str | None) -> list[CandidateJob]:

@@ -20,7 +20,8 @@ from reference_problems.registry import LEVEL_DIR
 SAMPLE_FILE = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py")
 PROBLEM_ID = re.compile(r"(\d+)_")  # levelL/NN_name.py
 FAST_P = (0.0, 1.0, 1.5, 2.0)
-NOT_RUN = "skipped"  # a verdict that never ran the sample (e.g. CUDA code, no GPU): not an evaluated sample
+# verdicts that never judged the sample (CUDA code without a GPU; the problem's reference failed): not evaluated samples
+NOT_RUN = ("skipped", "reference_error")
 
 
 class Sample(NamedTuple):
@@ -90,9 +91,10 @@ def fast_p(database: Database, thresholds: Iterable[float] = FAST_P, problem: st
     """KernelBench's fast_p: of ALL evaluated samples, the fraction that are correct AND have speedup > p
     (KernelBench's score.py: count(correct and speedup > p) / n, n = every sample). Returns ({p: fraction}, n);
     ({}, 0) when nothing is evaluated. A sample is a stored solution on one device and size, judged by its latest
-    stored evaluation (reruns do not count twice); a `skipped` verdict never ran it, so it is no evaluated sample.
+    stored evaluation (reruns do not count twice); a `skipped` or `reference_error` verdict never judged it, so it is
+    no evaluated sample.
     Identical code is stored once, so two samples with the same source count once."""
-    verdicts = [(status, speedup) for status, speedup in database.latest_verdicts(problem, level) if status != NOT_RUN]
+    verdicts = [(status, speedup) for status, speedup in database.latest_verdicts(problem, level) if status not in NOT_RUN]
     if not verdicts:
         return {}, 0
     speedups = [speedup for status, speedup in verdicts if status == "correct" and speedup is not None]

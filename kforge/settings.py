@@ -17,3 +17,4 @@ class Settings(BaseSettings):
     build_root: Path | None = None  # compiled-extension cache; default ~/.cache/kforge/builds
     timeout_s: float = 900.0
     memory_mb: int = 16_384
+    sandbox: str = "strict"  # strict: refuse to run when a sandbox layer is missing; warn: run and record it

@@ -79,3 +79,20 @@ def test_open_problems_are_bounded_by_the_memory_their_comparers_hold(cpu_settin
     finally:
         problems.close_all()
         shutil.rmtree(batch.root)
+
+
+def test_cli_exits_1_when_a_reference_fails_and_doctor_lists_the_layers(tmp_path, build_root):
+    """kforge's own failure is not the user's error (2) and not success (0): the verdicts are printed, then exit 1."""
+    import json
+
+    from conftest import kforge_runner
+
+    run = kforge_runner(tmp_path, build_root, KFORGE_MEMORY_MB="2048")
+    cand = tmp_path / "plain.py"
+    cand.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+    proc = run("submit", str(cand), "--problem", str(HUNGRY), "--device", "cpu", "--json", expect=1)
+    line = json.loads(proc.stdout.splitlines()[-1])
+    assert line["status"] == "reference_error" and "reference of 'hungry' failed" in line["cause"]
+    assert "not judged" in proc.stderr
+    layers = json.loads(run("doctor", "--json").stdout)
+    assert set(layers) >= {"pid", "proc", "caps", "landlock", "seccomp", "identity"}

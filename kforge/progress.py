@@ -1,0 +1,56 @@
+"""Progress of a long batch on stderr: how many candidates are compiling, waiting, running and judged, with an ETA,
+then a one-line summary. stdout stays for results (tables or JSON lines)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+_STAGES = ("compiling", "waiting", "running")
+
+
+class BatchProgress:
+    """Counts per stage, updated from the evaluator's worker threads; a rich bar when `show` (a terminal run)."""
+
+    def __init__(self, console: Console, total: int, show: bool):
+        self.console, self.total, self.started = console, total, time.monotonic()
+        self.where: dict[str, str] = {}
+        self.judged: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
+                            disable=not show or not total, transient=True)
+        self.task = self.bar.add_task(self._describe(), total=total)
+
+    def _describe(self) -> str:
+        counts = Counter(self.where.values())
+        return " ".join(f"{stage} {counts[stage]}" for stage in _STAGES) + " judged"
+
+    def stage(self, job, stage: str) -> None:
+        with self._lock:
+            self.where[str(job.path)] = stage
+            self.bar.update(self.task, description=self._describe())
+
+    def done(self, path: str | None, status: str) -> None:
+        with self._lock:
+            self.where.pop(str(path), None)
+            self.judged[status] += 1
+            self.bar.update(self.task, advance=1, description=self._describe())
+
+    def __enter__(self) -> "BatchProgress":
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+        if self.total:
+            counts = ", ".join(f"{status} {n}" for status, n in self.judged.most_common())
+            left = self.total - sum(self.judged.values())
+            self.console.print(f"kforge: judged {sum(self.judged.values())} of {self.total} in "
+                               f"{time.monotonic() - self.started:.0f} s" + (f" ({counts})" if counts else "")
+                               + (f"; {left} not judged (interrupted)" if left else ""),
+                               markup=False, highlight=False, soft_wrap=True)
