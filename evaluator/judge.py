@@ -11,8 +11,6 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 
-import torch
-
 from evaluator import diagnose
 from evaluator.contracts import EvalSettings, Evidence, Mismatch, Status, TimingStats
 from evaluator.hardware import device_name, peak

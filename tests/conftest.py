@@ -110,3 +110,16 @@ def kforge_runner(tmp_path: Path, build_root: Path, **env_extra: str):
     run.db_url = env["KFORGE_DB"]
     run.env = env
     return run
+
+
+def running(marker: str) -> list[str]:
+    """Live processes (not zombies) whose command line carries the marker."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            alive = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+            if alive and marker.encode() in (proc / "cmdline").read_bytes():
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, SOLUTIONS
+from conftest import ROOT, SOLUTIONS, running
 from evaluator import CandidateJob, EvalSettings, Limits, Status, Verdict, evaluate
 from evaluator.guard import Guard, Tampered
 from evaluator.judge import Reference, _Case, _timing, judge
@@ -102,24 +102,12 @@ def test_children_see_no_database_and_a_private_home(verdicts):
     assert "HOME=/" in cause and "/compile" in cause  # HOME is the child's own scratch folder
 
 
-def _running(marker: str) -> list[str]:
-    """Live processes (not zombies) whose command line carries the marker."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if marker.encode() in (proc / "cmdline").read_bytes() and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX":
-                found.append(proc.name)
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.slow
 def test_a_daemon_left_behind_is_gone_with_its_child(verdicts):
     """The daemon (double-forked, setsid, parent-death signal cleared, a shell loop) lived in the child's PID
     namespace: the kernel ended it with the child, before the verdict came back."""
     assert verdicts["daemon"].status is CORRECT
-    assert _running("kforge-adversarial-daemon") == []
+    assert running("kforge-adversarial-daemon") == []
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, kforge_runner
+from conftest import ROOT, kforge_runner, running
 from evaluator import CandidateJob, EvalSettings, Status, Verdict, evaluate
 from evaluator.sandbox import probe_layers
 from reference_problems import resolve_problem
@@ -154,62 +154,26 @@ def world(tmp_path_factory, build_root) -> dict:
     return {"verdicts": verdicts, "db": db, "targets": targets, "listeners": listeners, "wall_s": time.monotonic() - started}
 
 
-def _ok(v: Verdict) -> None:
+ATTACKS = ["writes", "reads_secret", "network", "db_hunter", "parent", "proc_opener", "daemon"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ATTACKS)
+def test_every_attempt_is_refused_and_the_verdict_says_which_layers(world, name):
+    """`correct` means no attempt succeeded (one that did makes forward() raise, naming it)."""
+    v: Verdict = world["verdicts"][name]
     assert v.status is Status.CORRECT, v.evidence.cause
     assert v.evidence.sandbox.get("landlock", "").startswith("on") and v.evidence.sandbox.get("pid") == "on", v.evidence.sandbox
 
 
 @pytest.mark.slow
-def test_writes_outside_the_scratch_fail(world):
-    _ok(world["verdicts"]["writes"])
+def test_nothing_was_written_connected_erased_or_leftrunning(world):
     assert [t for t in world["targets"] if t.exists()] == []
-
-
-@pytest.mark.slow
-def test_secrets_and_devices_cannot_be_read(world):
-    _ok(world["verdicts"]["reads_secret"])
-
-
-@pytest.mark.slow
-def test_no_connection_reaches_a_listener(world):
-    _ok(world["verdicts"]["network"])
     assert world["listeners"].accepted == 0
-
-
-@pytest.mark.slow
-def test_the_db_hunter_leaves_every_row(world):
-    _ok(world["verdicts"]["db_hunter"])
     with sqlite3.connect(world["db"]) as conn:
         assert conn.execute("SELECT count(*) FROM evaluation").fetchone() == (5,)
-
-
-@pytest.mark.slow
-def test_kforge_is_invisible_and_unreachable(world):
-    _ok(world["verdicts"]["parent"])
-
-
-@pytest.mark.slow
-def test_opening_everything_under_proc_gets_a_verdict_on_time(world):
-    _ok(world["verdicts"]["proc_opener"])
-    assert world["wall_s"] < 600
-
-
-def _running(marker: str) -> list[str]:
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            alive = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
-            if alive and marker.encode() in (proc / "cmdline").read_bytes():
-                found.append(proc.name)
-        except OSError:
-            continue
-    return found
-
-
-@pytest.mark.slow
-def test_a_daemon_is_gone_when_the_verdict_arrives(world):
-    _ok(world["verdicts"]["daemon"])
-    assert _running("kforge-adversarial-daemon") == []
+    assert running("kforge-adversarial-daemon") == []
+    assert world["wall_s"] < 600  # the /proc opener did not block the batch
 
 
 @pytest.mark.slow
@@ -225,17 +189,17 @@ def test_nothing_outlives_kforge_killed_mid_evaluation(tmp_path, build_root):
                              "--db", f"sqlite:///{tmp_path / 'k.db'}"], cwd=ROOT, env=run.env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
-    while not _running("kforge-adversarial-daemon") and time.monotonic() < deadline:
+    while not running("kforge-adversarial-daemon") and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _running("kforge-adversarial-daemon"), "the daemon never started"
+    assert running("kforge-adversarial-daemon"), "the daemon never started"
     time.sleep(2)  # the candidate child now runs (its compile child and its daemon are gone already)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 15
-    while _running("kforge-adversarial-daemon") and time.monotonic() < deadline:
+    while running("kforge-adversarial-daemon") and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _running("kforge-adversarial-daemon") == []
-    assert _running(str(slow)) == []
+    assert running("kforge-adversarial-daemon") == []
+    assert running(str(slow)) == []
 
 
 @pytest.mark.slow
@@ -247,4 +211,4 @@ def test_a_hang_is_a_timeout_within_two_minutes(cpu_settings):
     started = time.monotonic()
     (v,) = evaluate([job], cpu_settings)
     assert v.status is Status.TIMEOUT and time.monotonic() - started < 120, (v.status, time.monotonic() - started)
-    assert _running(str(job.path)) == []
+    assert running(str(job.path)) == []
