@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "GPU evidence").
-# Usage: bash scripts/device_check.sh [evaluate|repeat N|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|all]
+# Usage: bash scripts/device_check.sh [evaluate|repeat N|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
+#        throughput [LEVEL]|audit [LEVELS]|doctor|all]
 # (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,14 @@ speed() {  # the seeds and their repairs: kforge cold, warm, and the naive seria
   python3 benchmarks/eval_speed.py $(staged solutions/*/seed_*.py $REPAIRS) --device cuda --size full --jobs 14 "$@" \
     2> >(tee -a "$OUT/eval_speed.progress" >&2) | tee "$OUT/eval_speed.json"
 }
+throughput() {  # KernelBench level N (default 1) in one batch, cold then warm; KB=.kb (a carried copy of ../shared/kernelbench)
+  python3 benchmarks/kernelbench_throughput.py ${KB:-.kb} --level ${1:-1} --jobs ${JOBS:-16} --out "$OUT/throughput.json" \
+    2> >(tee -a "$OUT/throughput.progress" >&2)
+}
+audit() {  # all 250 problems at their own sizes: trivial answers, too fast to time, does not fit
+  python3 benchmarks/problem_audit.py ${KB:-.kb} --levels ${1:-1,2,3} --parallel ${PARALLEL:-2} --out "$OUT/audit.md"
+}
+doctor() { python3 -m kforge doctor | tee "$OUT/doctor.txt"; }
 timeline() {  # kernels, gaps and slow host calls inside each timed call (after an evaluation left the builds)
   for f in "${@:-$REPAIRS}"; do python3 benchmarks/kernel_timeline.py "$f" "$(basename "$(dirname "$f")")"; done | tee -a "$OUT/timeline.jsonl"
 }
@@ -55,6 +64,7 @@ cmd=${1:-all}; shift || true
 case "$cmd" in
   evaluate) evaluate ;; repeat) repeat "$@" ;; probe) probe ;; ncu) ncu "$@" ;; gpu-tests) gpu_tests ;;
   adversarial) adversarial ;; memory) memory ;; speed) speed "$@" ;; timeline) timeline "$@" ;;
+  throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
 esac
 kf leaderboard

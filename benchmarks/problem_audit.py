@@ -1,0 +1,76 @@
+"""Audit KernelBench's problems at their own sizes: which accept a trivial answer, which are too fast to time
+honestly, which do not fit the device.
+
+Usage: python benchmarks/problem_audit.py KERNELBENCH_DIR [--levels 1,2,3] [--device cuda] [--parallel 2]
+       [--out FILE.md]
+
+Each problem's reference runs once in kforge's jail, as in a batch (trials, timing), then its comparer judges the
+trivial answers of evaluator.audit_rules (zeros, best constant, mean, an input echoed, half the work) against the
+expected outputs of every seed. A problem whose reference median is below --fast-us is flagged: at that scale
+launch overhead and the L2 flush dominate what a kernel could change. A reference that cannot run gives its cause
+(out of memory names the GPU memory it asked for). Prints a Markdown table (and writes it with --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from evaluator.contracts import EvalSettings  # noqa: E402
+from evaluator.references import ReferenceFailed, ReferenceServer  # noqa: E402
+from evaluator.runner import Batch  # noqa: E402
+from reference_problems.registry import load_problem_file  # noqa: E402
+
+
+def audit_one(path: Path, settings: EvalSettings, fast_us: float) -> dict:
+    problem = load_problem_file(path)
+    batch = Batch(settings)
+    server = ReferenceServer(batch, problem, audit=True)
+    row = {"level": path.parent.name.removeprefix("level"), "problem": problem.name}
+    try:
+        ref = server.ready(lambda want=None: batch.gpus[0])
+    except ReferenceFailed as exc:
+        return row | {"fits": "no", "note": str(exc)[:160]}
+    finally:
+        server.close()
+        shutil.rmtree(batch.root, ignore_errors=True)
+    passing = [f["trivial"] for f in ref.audit if f["passes"]]
+    median_us = ref.timing.median_ms * 1e3 if ref.timing else None
+    return row | {"fits": "yes", "trivial_passes": ", ".join(passing) or "-",
+                  "median_us": f"{median_us:.1f}" if median_us is not None else "-",
+                  "too_fast": "yes" if median_us is not None and median_us < fast_us else "-"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kernelbench", type=Path)
+    ap.add_argument("--levels", default="1,2,3")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--parallel", type=int, default=1, help="problems audited at once (their timings overlap)")
+    ap.add_argument("--fast-us", type=float, default=20.0)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    files = [p for level in args.levels.split(",") for p in sorted((args.kernelbench / f"level{level}").glob("*.py"),
+                                                                   key=lambda p: int(p.name.split("_")[0]))]
+    settings = EvalSettings(device=args.device, size="full", trials=2, rep_ms=200, warmup_ms=20)
+    lines = ["| level | problem | fits | trivial answers that pass | reference median (us) | too fast to time |",
+             "|---|---|---|---|---|---|"]
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        for row in pool.map(lambda p: audit_one(p, settings, args.fast_us), files):
+            cells = [row["level"], row["problem"], row["fits"], row.get("trivial_passes", row.get("note", "")),
+                     row.get("median_us", "-"), row.get("too_fast", "-")]
+            lines.append("| " + " | ".join(cells) + " |")
+            print(lines[-1], file=sys.stderr, flush=True)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
