@@ -25,7 +25,7 @@ import sys
 import landlockpy
 from landlockpy import AccessFS, AccessNet, Scope
 
-_CLONE_NEWNS, _CLONE_NEWPID = 0x00020000, 0x20000000
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWUSER = 0x00020000, 0x20000000, 0x10000000
 _MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x4000, 1 << 18, 2, 4, 8
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
 _LAST_CAP = 63
@@ -126,9 +126,25 @@ def _forward(pid: int):
     return handler
 
 
+def _own_user_namespace() -> None:
+    """Without root, a user namespace (mapping only our own uid and gid) is what lets us make the PID and mount
+    namespaces; inside it we keep our uid, and gain no power over anything outside."""
+    uid, gid = os.geteuid(), os.getegid()
+    if _libc().unshare(_CLONE_NEWUSER) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(text)
+
+
 def main() -> None:
     spec, cmd = json.loads(sys.argv[1]), sys.argv[3:]
     libc = _libc()
+    if os.geteuid() != 0:
+        try:
+            _own_user_namespace()
+        except OSError:
+            pass  # the unshare below fails and says so
     pid_ns = libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS) == 0
     if not pid_ns:
         reason = os.strerror(ctypes.get_errno())
