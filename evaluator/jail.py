@@ -140,6 +140,11 @@ def _own_user_namespace() -> None:
 def main() -> None:
     spec, cmd = json.loads(sys.argv[1]), sys.argv[3:]
     libc = _libc()
+    if not spec.get("namespaces", True):  # the CUDA comparer: legacy IPC handles do not cross PID namespaces
+        _drop_capabilities()
+        why = "off: the comparer stays in kforge's PID namespace (CUDA IPC handles do not cross them)"
+        os.environ["KFORGE_JAIL"] = json.dumps({"pid": why, "proc": why, "caps": "on", "landlock": _landlock(spec)})
+        os.execvpe(cmd[0], cmd, os.environ)
     if os.geteuid() != 0:
         try:
             _own_user_namespace()

@@ -86,11 +86,13 @@ class Batch:
     def jail(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None) -> dict:
         """The file rules of one child: its scratch and build dirs (and the shared precompiled headers, which a
         compile child builds) writable; its problem and candidate files readable. A reference child, the comparer,
-        also reads the batch's scratch: on CPU the candidates' outputs arrive there as files."""
+        also reads the batch's scratch (on CPU the candidates' outputs arrive there as files) and, on CUDA, stays in
+        kforge's PID namespace: legacy CUDA IPC handles are reported not to open between sibling PID namespaces,
+        while one from a namespaced producer opened in a process outside them on the H100 host (issue 17)."""
         pch = self.build_root / "pch"
         pch.mkdir(parents=True, exist_ok=True)
         readable = [problem.path, candidate.resolve()] if candidate else [problem.path, self.root]
-        return jail_spec([workdir, build_dir, pch], readable)
+        return jail_spec([workdir, build_dir, pch], readable, namespaces=bool(candidate) or self.settings.device != "cuda")
 
     def reference_seeds(self) -> list[tuple[str, int]]:
         """The reference computes every output a candidate is checked against: its trials, timed and verify calls."""

@@ -109,13 +109,14 @@ def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
     return env
 
 
-def jail_spec(writable: list[Path], readable: list[Path]) -> dict:
+def jail_spec(writable: list[Path], readable: list[Path], namespaces: bool = True) -> dict:
     """The jail's file rules for one child: write only `writable` (its scratch and build dirs), read the system,
-    Python, kforge and `readable` (its problem and candidate files, the shared precompiled headers)."""
+    Python, kforge and `readable` (its problem and candidate files, the shared precompiled headers). Without
+    `namespaces` it keeps kforge's PID namespace (the trusted comparer on CUDA)."""
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if p and Path(p).is_dir())}
     cuda = [os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)]
     return {"read": sorted({*_SYSTEM_READ, *python, *cuda, str(ROOT), *map(str, readable)} - {os.getcwd()} | {str(ROOT)}),
-            "write": [str(p) for p in writable], "list": ["/dev"]}
+            "write": [str(p) for p in writable], "list": ["/dev"], "namespaces": namespaces}
 
 
 _PROBE = ("import json, os, runpy; f = runpy.run_path(os.environ['KFORGE_CONFINE'])['forbid_touching_parent']; "

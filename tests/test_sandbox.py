@@ -212,3 +212,19 @@ def test_a_hang_is_a_timeout_within_two_minutes(cpu_settings):
     (v,) = evaluate([job], cpu_settings)
     assert v.status is Status.TIMEOUT and time.monotonic() - started < 120, (v.status, time.monotonic() - started)
     assert running(str(job.path)) == []
+
+
+def test_the_cuda_comparer_keeps_kforges_pid_namespace_but_not_its_powers(tmp_path):
+    """The reference child on CUDA skips the namespaces (IPC handles must reach it) and still gets the rest."""
+    import json
+
+    from evaluator.sandbox import _JAIL, jail_spec, scrubbed_env
+
+    spec = jail_spec([tmp_path], [], namespaces=False)
+    code = "import json, os; print(json.dumps([os.getpid(), os.environ['KFORGE_JAIL']]))"
+    proc = subprocess.run([sys.executable, str(_JAIL), json.dumps(spec), "--", sys.executable, "-c", code], cwd=tmp_path,
+                          env=scrubbed_env(tmp_path, tmp_path, "t"), capture_output=True, text=True, timeout=60)
+    pid, layers = json.loads(proc.stdout)
+    layers = json.loads(layers)
+    assert pid != 1 and layers["pid"].startswith("off: the comparer") and layers["landlock"].startswith("on")
+    assert layers["caps"] == "on"
