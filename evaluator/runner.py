@@ -219,8 +219,23 @@ def _prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict
                      workdir=batch.root / f"cand{index:05d}")
 
 
+_FAILED_BUILD = "kforge-compile-error"  # in a build dir: the child result and log of a compile that failed
+
+
 def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
-    return batch.run("compile", prep.job.problem, prep.workdir / "compile", prep.build_dir, prep.job.path)
+    """A source whose compile failed with this toolchain fails the same way again (the build key covers source,
+    torch, CUDA, arch and Python): its stored result comes back at once. Only compiler errors are kept, never
+    a timeout, a kill or a memory limit, which another attempt could pass."""
+    stored = prep.build_dir / f"{_FAILED_BUILD}.json"
+    if stored.is_file():
+        return ChildResult.model_validate_json(stored.read_text())
+    result = batch.run("compile", prep.job.problem, prep.workdir / "compile", prep.build_dir, prep.job.path)
+    failed = ended_badly(result, batch.settings.limits.timeout_s, 0)
+    if failed and failed.status is Status.COMPILE_ERROR and not result.cancelled:
+        log = prep.build_dir / f"{_FAILED_BUILD}.log"
+        log.write_bytes(result.log_tail(chars=2_000_000).encode())
+        stored.write_text(result.model_copy(update={"log_path": log}).model_dump_json())
+    return result
 
 
 Take = Callable[..., str | None]

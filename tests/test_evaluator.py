@@ -76,6 +76,18 @@ def test_compile_error_carries_the_compiler_line(verdicts):
     assert "main.cpp" in v.evidence.log_tail and v.evidence.stage == "compile"
 
 
+def test_a_compile_error_is_remembered_for_the_same_source_and_toolchain(verdicts, cpu_settings):
+    """The second batch gets the same verdict, with the compiler's line, without compiling again."""
+    import time
+
+    job = CandidateJob(path=HARDSWISH / "cpu_compile_error.py", problem=resolve_problem("scale_bias_hardswish"))
+    started = time.monotonic()
+    (again,) = evaluate([job], cpu_settings)
+    assert time.monotonic() - started < 5.0  # a compile of it takes ~15 s here
+    first = verdicts["cpu_compile_error"]
+    assert (again.status, again.evidence.cause, again.evidence.log_tail) == (first.status, first.evidence.cause, first.evidence.log_tail)
+
+
 def test_exception_in_forward_is_a_runtime_error_with_traceback(verdicts):
     v = verdicts["cpu_runtime_error"]
     assert v.status is Status.RUNTIME_ERROR
