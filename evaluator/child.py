@@ -46,22 +46,24 @@ def _sync(device: str):
 
 
 class _Keeper:
-    """on_rep hook of the timed loop: snapshots the outputs of the rep at a secret position and of the last."""
+    """on_rep hook of the timed loop: snapshots the outputs of the rep at a secret position among those sure to
+    run, and of every rep that may be the last (each replaces the one before)."""
 
     def __init__(self, fraction: float):
         self.fraction = fraction
         self.kept: dict[str, list] = {}
 
-    def __call__(self, i: int, reps: int, out) -> None:
-        label = "timed_last" if i == reps - 1 else "timed_rep" if i == int(self.fraction * reps) else None
-        if label:
-            self.kept[label] = trials.snapshot(trials.as_tensors(out))
+    def __call__(self, i: int, least: int, checkpoint: bool, out) -> None:
+        for label, due in (("timed_rep", i == int(self.fraction * least)), ("timed_last", checkpoint)):
+            if due:
+                self.kept[label] = trials.snapshot(trials.as_tensors(out))
 
 
 def _bench(call, req: dict, **hooks) -> list[float]:
     t = req["timing"]
     with torch.no_grad():
-        return timing.bench(call, req["device"], t["warmup_ms"], t["rep_ms"], t["min_reps"], t["max_reps"], **hooks)
+        return timing.bench(call, req["device"], t["warmup_ms"], t["rep_ms"], t["min_reps"], t["max_reps"],
+                            rel_ci=t.get("rel_ci"), **hooks)
 
 
 def _time(chan: Channel, req: dict, call, **hooks) -> None:

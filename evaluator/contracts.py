@@ -45,6 +45,7 @@ class EvalSettings(BaseModel):
     rep_ms: float = 1000.0
     min_reps: int = 10
     max_reps: int = 1000
+    rel_ci: float | None = 0.005  # stop timing once the median's 95 % interval is within +-0.5 % (None: run rep_ms)
     compile_baseline: bool = False  # also time torch.compile(reference)
     cpu_threads: int = Field(1, ge=1)  # CPU runs: same thread count for both sides; 1 keeps timings stable
     limits: Limits = Field(default_factory=Limits)
@@ -67,6 +68,8 @@ class TimingStats(BaseModel):
     cv: float  # std / mean
     reps: int
     method: str  # "cuda_events+l2_flush" or "perf_counter"
+    median_ci_low_ms: float | None = None  # the median's 95 % interval (order statistics)
+    median_ci_high_ms: float | None = None
 
 
 class Mismatch(BaseModel):

@@ -118,7 +118,7 @@ class Batch:
             "out_dir": str(out_dir), "leak_calls": s.leak_calls, "compile_baseline": s.compile_baseline,
             "cpu_threads": s.cpu_threads,
             "timing": {"enabled": s.timing, "warmup_ms": s.warmup_ms, "rep_ms": s.rep_ms, "min_reps": s.min_reps,
-                       "max_reps": s.max_reps},
+                       "max_reps": s.max_reps, "rel_ci": s.rel_ci},
             **extra,
         }
 
@@ -220,6 +220,8 @@ def _prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict
 
 
 _FAILED_BUILD = "kforge-compile-error"  # in a build dir: the child result and log of a compile that failed
+# a compile that failed for want of a resource may pass next time: never remembered
+_TRANSIENT = ("No space left", "Cannot allocate memory", "out of memory", "Killed", "MemoryError", "Resource temporarily")
 
 
 def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
@@ -231,7 +233,8 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
         return ChildResult.model_validate_json(stored.read_text())
     result = batch.run("compile", prep.job.problem, prep.workdir / "compile", prep.build_dir, prep.job.path)
     failed = ended_badly(result, batch.settings.limits.timeout_s, 0)
-    if failed and failed.status is Status.COMPILE_ERROR and not result.cancelled:
+    transient = any(word in result.log_tail(chars=20_000) for word in _TRANSIENT)
+    if failed and failed.status is Status.COMPILE_ERROR and not result.cancelled and not transient:
         log = prep.build_dir / f"{_FAILED_BUILD}.log"
         log.write_bytes(result.log_tail(chars=2_000_000).encode())
         stored.write_text(result.model_copy(update={"log_path": log}).model_dump_json())

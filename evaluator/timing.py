@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Callable
@@ -14,6 +15,7 @@ _L2_FLUSH_BYTES = 256 * 2**20  # larger than any current GPU's L2 (H100: 50 MB, 
 _WALL_SLACK_S = 0.1  # message latency and scheduling noise between the child's loop and the parent's clock
 _CPU_MIN_WALL_S = 0.5  # below this, a busy machine's scheduling noise could pass for missing time
 _CPU_MIN_SHARE = 0.25  # on CPU the samples must cover at least this share of the timed loop
+_ROUND, _MIN_FOR_INTERVAL = 10, 20  # reps between looks at the median's interval; reps before the first look
 
 
 def _estimate_ms(fn: Callable, sync: Callable) -> float:
@@ -25,30 +27,42 @@ def _estimate_ms(fn: Callable, sync: Callable) -> float:
     return max((time.perf_counter() - start) * 1e3 / 3, 1e-4)
 
 
-def _cuda_samples(fn: Callable, reps: int, flush_l2: bool, on_rep: Callable) -> list[float]:
-    flush = torch.empty(_L2_FLUSH_BYTES if flush_l2 else 0, dtype=torch.int8, device="cuda")
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i, (start, end) in enumerate(zip(starts, ends)):
+def _cuda_round(fn: Callable, first: int, n: int, flush: torch.Tensor, least: int, on_rep: Callable) -> list[float]:
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for k, (start, end) in enumerate(zip(starts, ends)):
         flush.zero_()  # evict the previous call's data from L2 so every rep starts cold
         start.record()
         out = fn()
         end.record()
-        on_rep(i, reps, out)  # after the end event: sees only work ordered before the timer stopped
+        on_rep(first + k, least, k == n - 1, out)  # after the end event: sees only work ordered before the timer stopped
         del out
     torch.cuda.synchronize()  # also waits for work the candidate put on other streams
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def _cpu_samples(fn: Callable, reps: int, on_rep: Callable) -> list[float]:
+def _cpu_round(fn: Callable, first: int, n: int, least: int, on_rep: Callable) -> list[float]:
     samples = []
-    for i in range(reps):
+    for k in range(n):
         start = time.perf_counter()
         out = fn()
         samples.append((time.perf_counter() - start) * 1e3)
-        on_rep(i, reps, out)
+        on_rep(first + k, least, k == n - 1, out)
         del out
     return samples
+
+
+def median_interval(samples: list[float]) -> tuple[float, float]:
+    """The median's 95 % confidence interval by order statistics (no assumption about the distribution)."""
+    ordered, n = sorted(samples), len(samples)
+    half = 0.98 * math.sqrt(n)  # 1.96 * sqrt(n) / 2 ranks either side of the middle
+    return ordered[max(0, math.floor(n / 2 - half))], ordered[min(n - 1, math.ceil(n / 2 + half) - 1)]
+
+
+def _tight(samples: list[float], rel_ci: float) -> bool:
+    low, high = median_interval(samples)
+    median = statistics.median(samples)
+    return median > 0 and (high - low) / 2 <= rel_ci * median
 
 
 def _ignore(*_args) -> None:
@@ -56,11 +70,16 @@ def _ignore(*_args) -> None:
 
 
 def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int,
-          flush_l2: bool = True, mark: Callable[[], None] = _ignore, on_rep: Callable = _ignore) -> list[float]:
+          flush_l2: bool = True, mark: Callable[[], None] = _ignore, on_rep: Callable = _ignore,
+          rel_ci: float | None = None) -> list[float]:
     """Per-call times in ms: warm up for warmup_ms, then repeat for about rep_ms (within [min_reps, max_reps]).
+    With rel_ci, stop earlier, at the end of a round of _ROUND reps, once at least _MIN_FOR_INTERVAL (and
+    min_reps) were taken and the median's 95 % interval is within +-rel_ci of it: a steady kernel is timed in
+    tens of reps instead of a second.
 
-    mark() runs just before the timed reps (the parent clocks the loop from it); on_rep(i, reps, output)
-    runs after each rep's timer stopped, outside the timed region (the child snapshots outputs there).
+    mark() runs just before the timed reps (the parent clocks the loop from it); on_rep(i, least, checkpoint,
+    output) runs after each rep's timer stopped, outside the timed region: `least` reps will run whatever the
+    interval says, and `checkpoint` marks a rep that may be the last (the child snapshots outputs there).
     """
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -68,9 +87,18 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
     for _ in range(max(1, int(warmup_ms / estimate))):
         fn()
     sync()
-    reps = min(max_reps, max(min_reps, int(rep_ms / estimate)))
+    most = min(max_reps, max(min_reps, int(rep_ms / estimate)))
+    least = most if rel_ci is None else min(most, max(min_reps, _MIN_FOR_INTERVAL))
+    flush = torch.empty(_L2_FLUSH_BYTES if flush_l2 else 0, dtype=torch.int8, device="cuda") if cuda else None
     mark()
-    return _cuda_samples(fn, reps, flush_l2, on_rep) if cuda else _cpu_samples(fn, reps, on_rep)
+    samples: list[float] = []
+    while len(samples) < most:
+        n = most - len(samples) if rel_ci is None else min(_ROUND, most - len(samples))
+        first = len(samples)
+        samples += _cuda_round(fn, first, n, flush, least, on_rep) if cuda else _cpu_round(fn, first, n, least, on_rep)
+        if rel_ci is not None and len(samples) >= least and _tight(samples, rel_ci):
+            break
+    return samples
 
 
 def summarize(samples: list[float], method: str) -> TimingStats:
@@ -79,10 +107,11 @@ def summarize(samples: list[float], method: str) -> TimingStats:
     mean = statistics.fmean(ordered)
     std = statistics.pstdev(ordered)
     quintiles = statistics.quantiles(ordered, n=5) if len(ordered) > 1 else ordered * 4
+    low, high = median_interval(ordered)
     return TimingStats(
         median_ms=statistics.median(ordered), mean_ms=mean, min_ms=ordered[0], max_ms=ordered[-1],
         p20_ms=quintiles[0], p80_ms=quintiles[-1], std_ms=std, cv=std / mean if mean else 0.0, reps=len(ordered),
-        method=method,
+        method=method, median_ci_low_ms=low, median_ci_high_ms=high,
     )
 
 

