@@ -8,6 +8,10 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 
+class EvaluatorError(RuntimeError):
+    """kforge itself could not evaluate (no device, a sandbox layer missing): not a verdict on a candidate."""
+
+
 class Status(str, enum.Enum):
     """Outcome of one evaluation, ordered roughly by how far the candidate got."""
 

@@ -7,8 +7,6 @@ import os
 import platform
 from typing import NamedTuple
 
-import torch
-
 
 def cpu_name() -> str:
     try:
@@ -21,16 +19,26 @@ def cpu_name() -> str:
 
 @functools.cache
 def device_name(device: str) -> str:
-    return torch.cuda.get_device_name() if device == "cuda" else cpu_name()
+    if device != "cuda":
+        return cpu_name()
+    import torch  # here, not at the top: the CLI's start-up must not pay for torch
+
+    return torch.cuda.get_device_name()
 
 
 def visible_gpus() -> list[str]:
     """The CUDA devices this process may use, named as CUDA_VISIBLE_DEVICES names them (ids or UUIDs)."""
     listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return listed if "CUDA_VISIBLE_DEVICES" in os.environ else [str(i) for i in range(torch.cuda.device_count())]
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return listed
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
 
 
 def auto_device() -> str:
+    import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 

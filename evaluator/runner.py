@@ -18,7 +18,7 @@ from typing import Callable, Iterator, TypeVar
 import torch
 from pydantic import BaseModel
 
-from evaluator.contracts import EvalSettings, Evidence, Limits, Status, Verdict
+from evaluator.contracts import EvalSettings, EvaluatorError, Evidence, Limits, Status, Verdict
 from evaluator.hardware import device_name, visible_gpus
 from evaluator.judge import HANDED_PROBES, Outcome, Reference, ended_badly, judge
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
@@ -31,10 +31,6 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
 T = TypeVar("T")
-
-
-class EvaluatorError(RuntimeError):
-    """kforge itself could not evaluate (e.g. the reference problem fails): not a verdict on a candidate."""
 
 
 class CandidateJob(BaseModel):

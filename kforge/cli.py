@@ -10,20 +10,23 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Iterable, Iterator, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from db import Database, DatabaseError, EvaluationRow
-from evaluator import CandidateJob, EvalSettings, EvaluatorError, Limits, Status, Verdict, evaluate
+from evaluator.contracts import EvalSettings, EvaluatorError, Limits, Status, Verdict
 from evaluator.hardware import auto_device, device_name
 from evaluator.static import check_source
 from kforge import kernelbench, record
 from kforge.progress import BatchProgress
 from kforge.settings import Settings
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
+
+if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands that use them, not at start-up
+    from db import Database, EvaluationRow
+    from evaluator.runner import CandidateJob
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Judge LLM-written kernels: compile, correctness, leaks, speed.")
 out = Console()
@@ -47,14 +50,22 @@ def friendly(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (UserError, ProblemError, DatabaseError, EvaluatorError) as exc:
+        except (UserError, ProblemError, EvaluatorError, _DatabaseError()) as exc:
             err.print(f"kforge: error: {exc}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper
 
 
+def _DatabaseError() -> type[Exception]:  # noqa: N802 - a class, loaded when an error is being handled
+    from db import DatabaseError
+
+    return DatabaseError
+
+
 def open_db(url: str | None) -> Database:
+    from db import Database
+
     url = url or Settings().db
     return Database(url) if url else Database.default()
 
@@ -79,6 +90,8 @@ def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline
 def backend_for(name: str, address: str | None) -> Callable[[list[CandidateJob], EvalSettings], Iterator[Verdict]]:
     """The local evaluator (default) or the Ray one; the caller stores the verdicts either way."""
     if name == "local":
+        from evaluator.runner import evaluate
+
         return evaluate
     if name == "ray":
         from evaluator import ray_backend  # Ray is an optional extra: imported only when asked for
@@ -145,8 +158,11 @@ def results_table(lines: list[dict]) -> Table:
 
 
 def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSettings, rerun: bool, progress: bool,
-             backend: Callable[[list[CandidateJob], EvalSettings], Iterator[Verdict]] = evaluate) -> Iterable[dict]:
+             backend: Callable[[list[CandidateJob], EvalSettings], Iterator[Verdict]] | None = None) -> Iterable[dict]:
     """Reuse stored verdicts for unchanged code on the same device (unless rerun); evaluate and store the rest."""
+    from evaluator.runner import evaluate
+
+    backend = backend or evaluate
     where = device_name(settings.device)
     todo = []
     for job in jobs:
@@ -239,6 +255,8 @@ def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining Mod
     check = check_source(path.read_text())
     if check.status and check.status.value == "invalid":
         raise UserError(f"{path.name}: {check.cause}: not a kforge candidate")
+    from evaluator.runner import CandidateJob
+
     job = CandidateJob(path=path, problem=problem_for(path, problem))
     settings = eval_settings(device, size)
     lines = emit(run_jobs(open_db(db), [job], settings, rerun, progress=not as_json), as_json)
@@ -249,6 +267,8 @@ def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining Mod
 def collect(directory: Path, problem: str | None) -> list[CandidateJob]:
     """Every .py under DIR whose folder names a problem, or that KernelBench named level_L_problem_P_sample_S_kernel.py
     (its problem imported by `kforge problems import`); all of them with --problem."""
+    from evaluator.runner import CandidateJob
+
     if not directory.is_dir():
         raise UserError(f"no such directory: {directory}")
     fixed = resolve_problem(problem) if problem else None
@@ -280,7 +300,8 @@ def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/
                  backend: Annotated[str, typer.Option(help="local, or ray (one task per candidate on a Ray cluster)")] = "local",
                  address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local one)")] = None) -> None:
     """Evaluate every candidate in a directory (solutions/<problem>/<name>.py, or a KernelBench run directory of
-    level_L_problem_P_sample_S_kernel.py files); exit 0 unless kforge itself fails."""
+    level_L_problem_P_sample_S_kernel.py files). Exit 1 if a problem's reference failed (its candidates are
+    reference_error), 2 on bad input."""
     candidates = collect(directory, problem)
     settings = eval_settings(device, size, jobs, compile_baseline, gpus)
     run = backend_for(backend, address)
@@ -347,10 +368,23 @@ def show(solution: Annotated[str, typer.Argument(help="solution sha256 (a prefix
         out.print(json.dumps({k: v for k, v in r.evidence.items() if v not in (None, "", [], {})}, indent=1), markup=False)
 
 
-def main() -> None:
-    from kforge.cli_report import register  # imported here: both use this module's helpers
-    from pipeline.cli import generate
+_LAZY = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
-    app.command("generate")(generate)
+
+def _listed_only() -> None:
+    """Ask an LLM for kernels, judge them, feed back what failed, and refine the best."""
+
+
+def main() -> None:
+    """The agent loop (torch, the LLM client) loads only for `kforge generate`; for every other command it is a
+    name in the list with the same help line, so `kforge --help` starts without it."""
+    from kforge.cli_report import register  # imported here: both use this module's helpers
+
+    if sys.argv[1:2] == ["generate"]:
+        from pipeline.cli import generate
+
+        app.command("generate")(generate)
+    else:
+        app.command("generate", context_settings=_LAZY)(_listed_only)
     register(app)  # report, export, import; `problems import`
     app()

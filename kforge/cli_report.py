@@ -12,8 +12,6 @@ from rich.table import Table
 
 from kforge import cli
 from kforge.cli import DbOpt, JsonOpt, UserError, friendly, open_db
-from kforge.report import write_report
-from kforge.transfer import TransferError, export_jsonl, import_jsonl
 from reference_problems import import_problems, user_problem_dir
 
 problems_app = typer.Typer(help="List the registered problems, or import KernelBench ones.", invoke_without_command=True)
@@ -23,6 +21,8 @@ problems_app = typer.Typer(help="List the registered problems, or import KernelB
 def report(out_dir: Annotated[Path, typer.Option("--html", help="directory to write index.html and candidate pages into")],
            db: DbOpt = None) -> None:
     """Render the stored results as a static HTML leaderboard (no network needed to view it)."""
+    from kforge.report import write_report  # jinja2 and the db load when a report is written
+
     index = write_report(open_db(db), out_dir)
     cli.out.print(f"wrote {index}  (open file://{index.resolve()} in a browser)", markup=False, highlight=False, soft_wrap=True)
 
@@ -30,6 +30,8 @@ def report(out_dir: Annotated[Path, typer.Option("--html", help="directory to wr
 @friendly
 def export(file: Annotated[Path, typer.Option("--jsonl", help="file to write, '-' for stdout")], db: DbOpt = None) -> None:
     """Write every problem, solution and evaluation as JSON lines, for `kforge import` elsewhere."""
+    from kforge.transfer import export_jsonl
+
     database = open_db(db)
     if str(file) == "-":
         counts = export_jsonl(database, typer.get_text_stream("stdout"))
@@ -43,6 +45,8 @@ def export(file: Annotated[Path, typer.Option("--jsonl", help="file to write, '-
 def import_(file: Annotated[Path, typer.Argument(help="a `kforge export --jsonl` file")], db: DbOpt = None,
             as_json: JsonOpt = False) -> None:
     """Add the records of an export to this database; importing the same file twice adds nothing."""
+    from kforge.transfer import TransferError, import_jsonl
+
     if not file.is_file():
         raise UserError(f"no such file: {file}")
     try:

@@ -7,15 +7,19 @@ KernelBench (github.com/ScalingIntelligence/KernelBench) writes every generated 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from db import Database
 from kforge import record
 from reference_problems import Problem, ProblemError
 from reference_problems.registry import LEVEL_DIR
+
+if TYPE_CHECKING:  # annotations only: the CLI's start-up must not load SQLAlchemy
+    from db import Database
 
 SAMPLE_FILE = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py")
 PROBLEM_ID = re.compile(r"(\d+)_")  # levelL/NN_name.py

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import hashlib
 import json
 from pathlib import Path
 
-from db import Database
 from evaluator import Verdict
 from reference_problems import Problem
 
 PROVENANCE_KEYS = ("origin", "model", "seed_id", "parent")
 
+
+if TYPE_CHECKING:  # annotations only: the CLI's start-up must not load SQLAlchemy
+    from db import Database
 
 def provenance(path: Path) -> dict:
     """Sidecar <name>.json next to a solution: where the code came from (seed, repair, example)."""

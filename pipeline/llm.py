@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-import openai
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -83,6 +82,9 @@ class OpenAIChat:
         self.settings = settings
         self.model = settings.model
         key = settings.api_key.get_secret_value() if settings.api_key else "unused"  # local servers want none
+        import openai  # here: replay, and every other command, run without the openai package loaded
+
+        self._errors = (openai.APIStatusError, openai.APIError)
         self.client = openai.OpenAI(base_url=settings.base_url, api_key=key, timeout=settings.timeout_s,
                                     max_retries=settings.max_retries)
 
@@ -91,9 +93,9 @@ class OpenAIChat:
         start = time.monotonic()
         try:
             reply = self.client.chat.completions.create(model=self.model, messages=request.messages, **extra)
-        except openai.APIStatusError as exc:
+        except self._errors[0] as exc:
             raise LLMError(f"{self.client.base_url} answered HTTP {exc.status_code}: {_first_line(exc.message)}") from None
-        except openai.APIError as exc:  # connection refused, timeout, malformed answer
+        except self._errors[1] as exc:  # connection refused, timeout, malformed answer
             raise LLMError(f"{self.client.base_url}: {type(exc).__name__}: {_first_line(str(exc))}") from None
         if not reply.choices:
             raise LLMError(f"{self.client.base_url} returned no choices")
