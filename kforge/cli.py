@@ -32,6 +32,23 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="Judge LLM-wr
 out = Console()
 err = Console(stderr=True)
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"kforge {version('kforge')}")
+        except PackageNotFoundError:
+            print("kforge (not installed: run from a checkout)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                   help="print kforge's version and exit")] = False) -> None:
+    """Options before any command."""
+
+
 DbOpt = Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")]

@@ -94,3 +94,23 @@ def test_evaluate_directory_and_leaderboard(kforge, tmp_path):
     assert "scale_bias_hardswish" in table and "fast_1=" in table
     shown = kforge("show", correct["solution_sha256"][:12]).stdout
     assert "correct" in shown and "max_abs_err" in shown
+
+
+def test_help_starts_without_torch_sqlalchemy_or_openai():
+    """`kforge --help` (and every command's import) stays light: the heavy packages load in the commands that use them."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.argv = ['kforge', '--help']\nfrom kforge.cli import main\ntry:\n    main()\nexcept SystemExit:\n"
+            "    pass\nprint(sorted(m for m in ('torch', 'sqlalchemy', 'openai', 'jinja2') if m in sys.modules), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
+    assert "generate" in proc.stdout and "doctor" in proc.stdout
+
+
+def test_version_prints_one_line():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "kforge", "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("kforge ") and len(proc.stdout.splitlines()) == 1
