@@ -16,7 +16,7 @@ from pathlib import Path
 
 from db import Database
 from evaluator import precompiled
-from evaluator.runner import DEFAULT_BUILD_ROOT, build_key
+from evaluator.batch import DEFAULT_BUILD_ROOT, build_key
 from kforge.settings import Settings
 
 CALLS = 3

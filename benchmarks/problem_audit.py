@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evaluator.contracts import EvalSettings  # noqa: E402
 from evaluator.references import ReferenceFailed, ReferenceServer  # noqa: E402
-from evaluator.runner import Batch  # noqa: E402
+from evaluator.batch import Batch  # noqa: E402
 from reference_problems.registry import load_problem_file  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from evaluator.audit_rules import TRIVIALS
 from evaluator.contracts import EvalSettings
 from evaluator.references import ReferenceServer
-from evaluator.runner import Batch
+from evaluator.batch import Batch
 from reference_problems import Problem
 
 __all__ = ["TRIVIALS", "AuditFinding", "audit_problem"]

@@ -15,8 +15,8 @@ from typing import Iterator
 
 from pydantic import BaseModel
 
-from evaluator.contracts import EvalSettings, Verdict
-from evaluator.runner import CandidateJob, EvaluatorError, evaluate as evaluate_here
+from evaluator.contracts import EvalSettings, EvaluatorError, Verdict
+from evaluator.runner import CandidateJob, evaluate as evaluate_here
 from reference_problems.registry import load_problem_file
 
 

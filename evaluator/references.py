@@ -11,16 +11,15 @@ import os
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
+from evaluator.batch import Batch
 from evaluator.judge import Reference, ended_badly, timings
 from evaluator.sandbox import Child
 from reference_problems import Problem
 
-if TYPE_CHECKING:
-    from evaluator.runner import Batch
 
 _RESIDENT_SHARE = 0.15  # of device memory: expected outputs one problem keeps resident (the rest are recomputed)
 _OPEN_SHARE = 0.35  # of device memory: every open problem's comparer together
@@ -56,7 +55,7 @@ class ReferenceServer:
     """One problem's reference child. Spawned at once (its interpreter and torch load while it waits); `ready`
     runs it on a device the gate gives, and returns its Reference or raises ReferenceFailed."""
 
-    def __init__(self, batch: "Batch", problem: Problem, audit: bool = False):
+    def __init__(self, batch: Batch, problem: Problem, audit: bool = False):
         self.batch, self.problem, self.audit = batch, problem, audit
         self.workdir = batch.root / "ref" / problem.sha256[:16]
         self.child: Child | None = None
@@ -131,7 +130,7 @@ class OpenProblems:
     A new problem is admitted while the open ones' device memory plus one more's resident budget stays within
     _OPEN_SHARE of the device, and fewer than _OPEN_PER_DEVICE are open per device; the first is always admitted."""
 
-    def __init__(self, batch: "Batch", problems: list[Problem]):
+    def __init__(self, batch: Batch, problems: list[Problem]):
         self.batch = batch
         self.remaining = Counter(p.sha256 for p in problems)
         self.servers: dict[str, ReferenceServer] = {}

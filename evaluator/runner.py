@@ -1,15 +1,11 @@
-"""Orchestrates a batch: static checks, parallel compiles, one trusted reference run per problem, then each
+"""Orchestrates a batch: static checks, parallel compiles, one trusted reference per open problem, then each
 candidate alone on the device, judged in this (parent) process. Yields verdicts; stores nothing."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import platform
-import secrets
 import shutil
-import tempfile
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -18,18 +14,18 @@ from typing import Callable, Iterator, TypeVar
 import torch
 from pydantic import BaseModel
 
-from evaluator.contracts import EvalSettings, EvaluatorError, Evidence, Limits, Status, Verdict
-from evaluator.hardware import device_name, visible_gpus
+from evaluator.batch import Batch, build_key
+from evaluator.contracts import EvalSettings, Evidence, Status, Verdict
+from evaluator.hardware import device_name
 from evaluator.judge import HANDED_PROBES, Outcome, Reference, ended_badly, judge
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
-from evaluator.sandbox import Child, ChildResult, jail_spec, probe_layers, run_child
+from evaluator.sandbox import ChildResult
 from evaluator.trials import OUTPUT_SUFFIX
 from evaluator.static import check_source
 from reference_problems import Problem
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
 T = TypeVar("T")
 
 
@@ -45,117 +41,6 @@ class _Prepared(BaseModel):
     sha256: str
     build_dir: Path
     workdir: Path
-
-
-class Batch:
-    """Secrets and scratch space shared by one evaluate() call."""
-
-    def __init__(self, settings: EvalSettings):
-        self.settings = settings
-        self.gpus = (settings.gpus or visible_gpus()) if settings.device == "cuda" else [None]
-        if not self.gpus:
-            raise EvaluatorError("no CUDA device is visible (check CUDA_VISIBLE_DEVICES or --gpus)")
-        self.root = Path(tempfile.mkdtemp(prefix="kforge-eval-"))  # honours TMPDIR (e.g. /dev/shm for big outputs)
-        self.init_seed = secrets.randbits(31)
-        self.trial_seeds = [(f"trial_{i}", secrets.randbits(31)) for i in range(settings.trials)]
-        self.timing_seed, self.verify_seed = secrets.randbits(31), secrets.randbits(31)
-        self.probe_fraction = 0.2 + 0.6 * secrets.randbelow(1000) / 1000  # which timed rep gets its output checked
-        self.build_root = settings.build_root or DEFAULT_BUILD_ROOT
-        self.layers = self._check_sandbox()
-        self.stop = threading.Event()  # set when the batch ends early: running children are stopped
-        self._free = set(self.gpus)
-        self._freed = threading.Condition()
-
-    def _check_sandbox(self) -> dict[str, str]:
-        """Probe the jail once; in strict mode a missing kernel-enforced layer stops the batch before any child
-        runs (the uid layer is reported, not required: see sandbox.identity)."""
-        layers = probe_layers(self.root)
-        missing = {k: v for k, v in layers.items() if k != "identity" and not v.startswith("on")}
-        if missing and self.settings.sandbox == "strict":
-            shutil.rmtree(self.root, ignore_errors=True)
-            raise EvaluatorError("sandbox layer(s) missing: " + "; ".join(f"{k} {v}" for k, v in missing.items())
-                                 + " (KFORGE_SANDBOX=warn runs anyway and records it in every verdict)")
-        if missing:
-            _log.warning("running with sandbox layers missing: %s", missing)
-        return layers
-
-    def jail(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None) -> dict:
-        """The file rules of one child: its scratch and build dirs (and the shared precompiled headers, which a
-        compile child builds) writable; its problem and candidate files readable. A reference child, the comparer,
-        also reads the batch's scratch (on CPU the candidates' outputs arrive there as files) and, on CUDA, stays in
-        kforge's PID namespace: legacy CUDA IPC handles are reported not to open between sibling PID namespaces,
-        while one from a namespaced producer opened in a process outside them on the H100 host (issue 17)."""
-        pch = self.build_root / "pch"
-        pch.mkdir(parents=True, exist_ok=True)
-        readable = [problem.path, candidate.resolve()] if candidate else [problem.path, self.root]
-        return jail_spec([workdir, build_dir, pch], readable, namespaces=bool(candidate) or self.settings.device != "cuda")
-
-    def reference_seeds(self) -> list[tuple[str, int]]:
-        """The reference computes every output a candidate is checked against: its trials, timed and verify calls."""
-        return self.trial_seeds + [("timing", self.timing_seed), ("verify", self.verify_seed)]
-
-    def _secrets(self, role: str) -> dict:
-        """Seeds for the roles that run the model; the compile child, which only imports candidate code (and
-        could stash what it sees for the candidate child), gets none. The candidate runs its trials shuffled."""
-        if role == "compile":
-            return {}
-        seeds = self.reference_seeds() if role == "reference" \
-            else secrets.SystemRandom().sample(self.trial_seeds, len(self.trial_seeds))
-        return {"seeds": seeds, "timing_seed": self.timing_seed, "verify_seed": self.verify_seed,
-                "probe_fraction": self.probe_fraction}
-
-    def request(self, role: str, problem: Problem, out_dir: Path, candidate: Path | None = None, **extra) -> dict:
-        s = self.settings
-        out_dir.mkdir(parents=True, exist_ok=True)
-        return {
-            "role": role, "problem_path": str(problem.path), "candidate_path": str(candidate.resolve()) if candidate else None,
-            "device": s.device, "overrides": problem.meta.small if s.size == "small" else {},
-            "init_seed": self.init_seed, **self._secrets(role), "atol": problem.meta.atol, "rtol": problem.meta.rtol,
-            "out_dir": str(out_dir), "leak_calls": s.leak_calls, "compile_baseline": s.compile_baseline,
-            "cpu_threads": s.cpu_threads,
-            "timing": {"enabled": s.timing, "warmup_ms": s.warmup_ms, "rep_ms": s.rep_ms, "min_reps": s.min_reps,
-                       "max_reps": s.max_reps, "rel_ci": s.rel_ci},
-            **extra,
-        }
-
-    def spawn(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
-              on_message: Callable[[dict], dict | None] | None = None, limits: Limits | None = None) -> Child:
-        """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request."""
-        workdir.mkdir(parents=True, exist_ok=True)
-        build_dir.mkdir(parents=True, exist_ok=True)
-        return Child(workdir, build_dir, limits or self.settings.limits, cap_address_space=self.settings.device == "cpu",
-                     stop=self.stop, on_message=on_message, jail=self.jail(workdir, build_dir, problem, candidate))
-
-    def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
-            gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:
-        request = self.request(role, problem, workdir / "out", candidate, **extra)
-        workdir.mkdir(parents=True, exist_ok=True)
-        build_dir.mkdir(parents=True, exist_ok=True)
-        return run_child(request, workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu",
-                         stop=self.stop, gate=gate, jail=self.jail(workdir, build_dir, problem, candidate))
-
-    def take_device(self, want: str | None = None) -> str | None:
-        """A free device of the batch, or device `want` (waits for it); gives up when the batch is stopped."""
-        with self._freed:
-            while not self.stop.is_set():
-                free = [want] if want in self._free else [] if want is not None else sorted(self._free, key=str)
-                if free:
-                    self._free.discard(free[0])
-                    return free[0]
-                self._freed.wait(timeout=0.25)
-        raise EvaluatorError("the batch was stopped")
-
-    def give_back(self, device: str | None) -> None:
-        with self._freed:
-            self._free.add(device)
-            self._freed.notify_all()
-
-
-def build_key(source: str, device: str) -> str:
-    """Builds are reusable exactly when source, toolchain and target are the same."""
-    arch = torch.cuda.get_arch_list() if device == "cuda" else [platform.machine()]
-    material = "\0".join([source, torch.__version__, str(torch.version.cuda), device, ",".join(arch), platform.python_version()])
-    return hashlib.sha256(material.encode()).hexdigest()[:24]
 
 
 def _verdict(job: CandidateJob, sha: str, settings: EvalSettings, status: Status, **kw) -> Verdict:

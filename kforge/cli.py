@@ -13,96 +13,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Callable, Iterable, Iterator, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from evaluator.contracts import EvalSettings, EvaluatorError, Limits, Status, Verdict
-from evaluator.hardware import auto_device, device_name
+from evaluator.contracts import EvalSettings, Status, Verdict
+from evaluator.hardware import device_name
 from evaluator.static import check_source
-from kforge import kernelbench, record
+from judging import record
+from kforge import kernelbench
 from kforge.progress import BatchProgress
-from kforge.settings import Settings
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
+
+from kforge.app import DbOpt, DeviceOpt, JsonOpt, ProblemOpt, SizeOpt, UserError, app, err, eval_settings, friendly, open_db, out
 
 if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands that use them, not at start-up
     from db import Database, EvaluationRow
     from evaluator.runner import CandidateJob
-
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Judge LLM-written kernels: compile, correctness, leaks, speed.")
-out = Console()
-err = Console(stderr=True)
-
-def _print_version(wanted: bool) -> None:
-    if wanted:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            print(f"kforge {version('kforge')}")
-        except PackageNotFoundError:
-            print("kforge (not installed: run from a checkout)")
-        raise typer.Exit()
-
-
-@app.callback()
-def _options(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
-                                                   help="print kforge's version and exit")] = False) -> None:
-    """Options before any command."""
-
-
-DbOpt = Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")]
-SizeOpt = Annotated[str, typer.Option("--size", help="full, small, or auto (small on CPU, full on CUDA)")]
-ProblemOpt = Annotated[Optional[str], typer.Option("--problem", "-p", help="registered name or path to a KernelBench .py")]
-
-
-class UserError(Exception):
-    """Bad input: reported as one line, exit code 2, nothing stored is touched."""
-
-
-def friendly(fn):
-    """Turn every known failure into `kforge: error: ...` and exit 2, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (UserError, ProblemError, EvaluatorError, _DatabaseError()) as exc:
-            err.print(f"kforge: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-
-    return wrapper
-
-
-def _DatabaseError() -> type[Exception]:  # noqa: N802 - a class, loaded when an error is being handled
-    from db import DatabaseError
-
-    return DatabaseError
-
-
-def open_db(url: str | None) -> Database:
-    from db import Database
-
-    url = url or Settings().db
-    return Database(url) if url else Database.default()
-
-
-def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline: bool = False,
-                  gpus: str | None = None) -> EvalSettings:
-    cfg = Settings()
-    device = device or cfg.device or auto_device()
-    if device not in ("cpu", "cuda"):
-        raise UserError(f"--device must be cpu or cuda, not '{device}'")
-    if size == "auto":
-        size = "small" if device == "cpu" else "full"
-    if size not in ("full", "small"):
-        raise UserError(f"--size must be full, small or auto, not '{size}'")
-    limits = Limits(timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
-    if cfg.sandbox not in ("strict", "warn"):
-        raise UserError(f"KFORGE_SANDBOX must be strict or warn, not '{cfg.sandbox}'")
-    return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root,
-                        compile_baseline=compile_baseline, gpus=gpus.split(",") if gpus else None, sandbox=cfg.sandbox)
-
 
 def backend_for(name: str, address: str | None) -> Callable[[list[CandidateJob], EvalSettings], Iterator[Verdict]]:
     """The local evaluator (default) or the Ray one; the caller stores the verdicts either way."""
@@ -232,23 +157,6 @@ def doctor(as_json: JsonOpt = False) -> None:
         table.add_column(col, overflow="fold")
     for layer, state in layers.items():
         table.add_row(layer, f"[{'green' if state.startswith('on') else 'red'}]{state}[/]")
-    out.print(table)
-
-
-@app.command()
-@friendly
-def problems(as_json: JsonOpt = False) -> None:
-    """List the registered reference problems."""
-    rows = [{"name": p.name, "level": p.meta.level, "atol": p.meta.atol, "rtol": p.meta.rtol,
-             "description": p.meta.description, "path": str(p.path)} for p in list_problems()]
-    if as_json:
-        print(json.dumps(rows, indent=1))
-        return
-    table = Table(title="reference problems")
-    for col in ("name", "level", "atol", "rtol", "description"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r["name"], str(r["level"]), f"{r['atol']:g}", f"{r['rtol']:g}", r["description"])
     out.print(table)
 
 
@@ -395,13 +303,13 @@ def _listed_only() -> None:
 def main() -> None:
     """The agent loop (torch, the LLM client) loads only for `kforge generate`; for every other command it is a
     name in the list with the same help line, so `kforge --help` starts without it."""
-    from kforge.cli_report import register  # imported here: both use this module's helpers
+    from kforge.cli_report import register
 
     if sys.argv[1:2] == ["generate"]:
-        from pipeline.cli import generate
+        from kforge.cli_generate import generate
 
         app.command("generate")(generate)
     else:
         app.command("generate", context_settings=_LAZY)(_listed_only)
-    register(app)  # report, export, import; `problems import`
+    register()  # problems (list, import), report, export, import
     app()

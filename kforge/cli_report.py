@@ -1,5 +1,5 @@
-"""`kforge report`, `kforge export`, `kforge import` and `kforge problems import`, registered on the main app
-by register(); kept apart from kforge/cli.py so the evaluation commands and these evolve independently."""
+"""`kforge problems` (list, import), `kforge report`, `kforge export`, `kforge import`: the commands about what is
+stored rather than about judging, registered on the app by register()."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from kforge import cli
-from kforge.cli import DbOpt, JsonOpt, UserError, friendly, open_db
-from reference_problems import import_problems, user_problem_dir
+from kforge.app import DbOpt, JsonOpt, UserError, app, err, friendly, open_db, out
+from reference_problems import import_problems, list_problems, user_problem_dir
 
 problems_app = typer.Typer(help="List the registered problems, or import KernelBench ones.", invoke_without_command=True)
 
@@ -24,7 +23,7 @@ def report(out_dir: Annotated[Path, typer.Option("--html", help="directory to wr
     from kforge.report import write_report  # jinja2 and the db load when a report is written
 
     index = write_report(open_db(db), out_dir)
-    cli.out.print(f"wrote {index}  (open file://{index.resolve()} in a browser)", markup=False, highlight=False, soft_wrap=True)
+    out.print(f"wrote {index}  (open file://{index.resolve()} in a browser)", markup=False, highlight=False, soft_wrap=True)
 
 
 @friendly
@@ -38,7 +37,7 @@ def export(file: Annotated[Path, typer.Option("--jsonl", help="file to write, '-
     else:
         with file.open("w") as fh:
             counts = export_jsonl(database, fh)
-    cli.err.print("exported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()) if counts else "nothing to export")
+    err.print("exported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()) if counts else "nothing to export")
 
 
 @friendly
@@ -56,14 +55,29 @@ def import_(file: Annotated[Path, typer.Argument(help="a `kforge export --jsonl`
     if as_json:
         print(json.dumps(dict(counts)))
     else:
-        cli.out.print(", ".join(f"{n} {what}" for what, n in sorted(counts.items())) or "nothing to import")
+        out.print(", ".join(f"{n} {what}" for what, n in sorted(counts.items())) or "nothing to import")
+
+
+@friendly
+def _list_problems(as_json: bool) -> None:
+    rows = [{"name": p.name, "level": p.meta.level, "atol": p.meta.atol, "rtol": p.meta.rtol,
+             "description": p.meta.description, "path": str(p.path)} for p in list_problems()]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    table = Table(title="reference problems")
+    for col in ("name", "level", "atol", "rtol", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], str(r["level"]), f"{r['atol']:g}", f"{r['rtol']:g}", r["description"])
+    out.print(table)
 
 
 @problems_app.callback()
 def problems_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List the registered problems (reference ones and imported ones)."""
     if ctx.invoked_subcommand is None:
-        cli.problems(as_json)
+        _list_problems(as_json)
 
 
 @problems_app.command("import")
@@ -81,14 +95,15 @@ def problems_import(path: Annotated[Path, typer.Argument(help="KernelBench check
         table.add_column(col)
     for p in imported:
         table.add_row(p.name, str(p.meta.level))
-    cli.out.print(table)
+    out.print(table)
     for f, why in skipped:
-        cli.err.print(f"kforge: skipped {f}: {why}", markup=False, highlight=False, soft_wrap=True)
+        err.print(f"kforge: skipped {f}: {why}", markup=False, highlight=False, soft_wrap=True)
 
 
-def register(app: typer.Typer) -> None:
-    """Adds these commands to kforge's app; `problems` becomes a group (listing stays its default action)."""
-    app.registered_commands[:] = [c for c in app.registered_commands if c.callback is not cli.problems]
+def register() -> None:
+    """Adds these commands to kforge's app (once); `problems` is a group whose default action lists them."""
+    if any(command.callback is report for command in app.registered_commands):
+        return
     app.command("report")(report)
     app.command("export")(export)
     app.command("import")(import_)

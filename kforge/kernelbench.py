@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from kforge import record
+from judging import record
 from reference_problems import Problem, ProblemError
 from reference_problems.registry import LEVEL_DIR
 

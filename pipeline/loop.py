@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from db import Database, EvaluationRow
 from evaluator import CandidateJob, EvalSettings, Evidence, Status, TimingStats, Verdict, evaluate
 from evaluator.hardware import device_name
-from kforge.record import record_solution, record_verdict, register_problem
+from judging.record import record_solution, record_verdict, register_problem
 from pipeline import cache
 from pipeline.extract import VERDICT_STATUS, Extraction, extract
 from pipeline.llm import LLMError, LLMRequest, Provider, Usage

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -189,7 +188,7 @@ def test_a_child_loads_torch_while_it_waits_for_a_device(cpu_settings, tmp_path)
     request -- and the child's clock -- wait for it. Here the gate returns only after it saw torch loaded."""
     import time
 
-    from evaluator.runner import Batch
+    from evaluator.batch import Batch
 
     batch, gate_open = Batch(cpu_settings), []
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from db import Database
 from evaluator import EvalSettings, Limits
 from fake_llm_server import COMPILER_ERROR_TEXT, FIXED_RELU, FakeLLMServer, Reply, repair_script
-from pipeline.cli import generate
+from kforge.cli_generate import generate
 from pipeline.extract import ExtractionStatus, extract
 from pipeline.llm import LLMError, LLMRequest, LLMSettings, OpenAIChat
 from pipeline.loop import Loop, RunConfig

@@ -17,7 +17,7 @@ import torch.utils.cpp_extension as cpp_extension
 
 from conftest import COMPILED_RELU, SOLUTIONS
 from evaluator import CandidateJob, EvalSettings, Status, evaluate, precompiled
-from evaluator.runner import build_key
+from evaluator.batch import build_key
 from reference_problems import resolve_problem
 
 FUSED = SOLUTIONS / "scale_bias_hardswish" / "cpu_fused_o3.py"

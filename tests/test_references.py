@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import SOLUTIONS
 from evaluator import CandidateJob, Status, evaluate
 from evaluator.references import OpenProblems, ReferenceServer, _RESIDENT_SHARE
-from evaluator.runner import Batch
+from evaluator.batch import Batch
 from reference_problems import resolve_problem
 
 HUNGRY = Path(__file__).parent / "problems" / "hungry.py"

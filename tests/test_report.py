@@ -204,15 +204,13 @@ def test_import_reports_the_bad_line(filled, tmp_path: Path) -> None:
         import_jsonl(filled[0], bad)
 
 
-# -- CLI (on an app built like kforge's main(): the existing commands, then register()) -----------
+# -- CLI (kforge's own app, with these commands registered as main() does) -----------
 
 
 @pytest.fixture
 def app() -> typer.Typer:
-    app = typer.Typer()
-    app.command()(cli.problems)
-    register(app)
-    return app
+    register()
+    return cli.app
 
 
 def test_cli_report_export_import(app: typer.Typer, filled, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from evaluator import EvalSettings, EvaluatorError
 from pipeline.llm import LLMError, LLMSettings, OpenAIChat, Provider
 from pipeline.loop import DEFAULT_OUT, Candidate, Loop, RunConfig, RunResult
 from pipeline.replay import ReplayProvider
+from kforge.app import UserError, eval_settings, open_db
 from reference_problems import Problem, ProblemError, resolve_problem
 
 out = Console()
@@ -65,7 +66,6 @@ def generate(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="LLM calls in flight")] = 4,
 ) -> None:
     """Ask an LLM for kernels, judge them, feed back what failed, and refine the best."""
-    from kforge.cli import UserError, eval_settings, open_db  # kforge.cli registers this command: import when run
 
     try:
         problems = [resolve_problem(name.strip()) for name in problem.split(",") if name.strip()]

@@ -1,0 +1,95 @@
+"""The kforge app every command group hangs on: the Typer app, the consoles, the shared options, one-line errors,
+and the two things every command needs from settings (the db and the evaluation settings). It imports no command
+module, so command modules import it and never each other."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from evaluator.contracts import EvalSettings, EvaluatorError, Limits
+from evaluator.hardware import auto_device
+from kforge.settings import Settings
+from reference_problems import ProblemError
+
+if TYPE_CHECKING:  # SQLAlchemy loads in the commands that open a db, not at start-up
+    from db import Database
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Judge LLM-written kernels: compile, correctness, leaks, speed.")
+out = Console()
+err = Console(stderr=True)
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"kforge {version('kforge')}")
+        except PackageNotFoundError:
+            print("kforge (not installed: run from a checkout)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                   help="print kforge's version and exit")] = False) -> None:
+    """Options before any command."""
+
+
+DbOpt = Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")]
+SizeOpt = Annotated[str, typer.Option("--size", help="full, small, or auto (small on CPU, full on CUDA)")]
+ProblemOpt = Annotated[Optional[str], typer.Option("--problem", "-p", help="registered name or path to a KernelBench .py")]
+
+
+class UserError(Exception):
+    """Bad input: reported as one line, exit code 2, nothing stored is touched."""
+
+
+def friendly(fn):
+    """Turn every known failure into `kforge: error: ...` and exit 2, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (UserError, ProblemError, EvaluatorError, _DatabaseError()) as exc:
+            err.print(f"kforge: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _DatabaseError() -> type[Exception]:  # noqa: N802 - a class, loaded when an error is being handled
+    from db import DatabaseError
+
+    return DatabaseError
+
+
+def open_db(url: str | None) -> Database:
+    from db import Database
+
+    url = url or Settings().db
+    return Database(url) if url else Database.default()
+
+
+def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline: bool = False,
+                  gpus: str | None = None) -> EvalSettings:
+    cfg = Settings()
+    device = device or cfg.device or auto_device()
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"--device must be cpu or cuda, not '{device}'")
+    if size == "auto":
+        size = "small" if device == "cpu" else "full"
+    if size not in ("full", "small"):
+        raise UserError(f"--size must be full, small or auto, not '{size}'")
+    limits = Limits(timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
+    if cfg.sandbox not in ("strict", "warn"):
+        raise UserError(f"KFORGE_SANDBOX must be strict or warn, not '{cfg.sandbox}'")
+    return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root,
+                        compile_baseline=compile_baseline, gpus=gpus.split(",") if gpus else None, sandbox=cfg.sandbox)
