@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from evaluator import Verdict
+from evaluator.contracts import Verdict
 from reference_problems import Problem
-
-PROVENANCE_KEYS = ("origin", "model", "seed_id", "parent")
-
 
 if TYPE_CHECKING:  # annotations only: the CLI's start-up must not load SQLAlchemy
     from db import Database
+
+PROVENANCE_KEYS = ("origin", "model", "seed_id", "parent")
+
 
 def provenance(path: Path) -> dict:
     """Sidecar <name>.json next to a solution: where the code came from (seed, repair, example)."""

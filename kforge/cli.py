@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import functools
 import hashlib
@@ -10,15 +9,14 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Iterable, Optional
 
 import typer
 from rich.table import Table
 
-from evaluator.contracts import EvalSettings, Status, Verdict
-from evaluator.hardware import device_name
+from evaluator.contracts import EvalSettings, Status
 from evaluator.static import check_source
-from judging import record
+from judging.reuse import Backend, Judged, evaluate_and_record, split_stored
 from kforge import kernelbench
 from kforge.progress import BatchProgress
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
@@ -26,10 +24,10 @@ from reference_problems import Problem, ProblemError, list_problems, resolve_pro
 from kforge.app import DbOpt, DeviceOpt, JsonOpt, ProblemOpt, SizeOpt, UserError, app, err, eval_settings, friendly, open_db, out
 
 if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands that use them, not at start-up
-    from db import Database, EvaluationRow
+    from db import Database
     from evaluator.runner import CandidateJob
 
-def backend_for(name: str, address: str | None) -> Callable[[list[CandidateJob], EvalSettings], Iterator[Verdict]]:
+def backend_for(name: str, address: str | None) -> Backend:
     """The local evaluator (default) or the Ray one; the caller stores the verdicts either way."""
     if name == "local":
         from evaluator.runner import evaluate
@@ -66,20 +64,13 @@ def problem_for(path: Path, problem: str | None) -> Problem:
         raise UserError(f"cannot infer the problem of {path} (its folder '{path.parent.name}' is no problem); pass --problem") from None
 
 
-def verdict_line(v: Verdict, evaluation_id: int | None, reused: bool = False) -> dict:
+def verdict_line(judged: Judged) -> dict:
+    v = judged.verdict
     return {"status": v.status.value, "speedup": v.speedup, "speedup_vs_compile": v.speedup_vs_compile,
             "problem": v.problem, "solution_sha256": v.solution_sha256, "path": v.solution_path,
             "cause": v.evidence.cause, "hint": v.evidence.hint, "candidate_ms": v.candidate.median_ms if v.candidate else None,
             "reference_ms": v.reference.median_ms if v.reference else None, "device_name": v.device_name,
-            "size": v.size, "evaluation_id": evaluation_id, "reused": reused}
-
-
-def row_line(row: EvaluationRow) -> dict:
-    return {"status": row.status, "speedup": row.speedup, "speedup_vs_compile": row.speedup_vs_compile,
-            "problem": row.problem, "solution_sha256": row.solution_sha256, "path": row.solution_path,
-            "cause": row.cause, "hint": row.evidence.get("hint", ""), "candidate_ms": row.candidate_ms,
-            "reference_ms": row.reference_ms, "device_name": row.device_name, "size": row.size,
-            "evaluation_id": row.id, "reused": True}
+            "size": v.size, "evaluation_id": judged.evaluation_id, "reused": judged.reused}
 
 
 def _fmt(x: float | None, spec: str = ".3g") -> str:
@@ -100,26 +91,16 @@ def results_table(lines: list[dict]) -> Table:
 
 
 def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSettings, rerun: bool, progress: bool,
-             backend: Callable[[list[CandidateJob], EvalSettings], Iterator[Verdict]] | None = None) -> Iterable[dict]:
+             backend: Backend | None = None) -> Iterable[dict]:
     """Reuse stored verdicts for unchanged code on the same device (unless rerun); evaluate and store the rest."""
-    from evaluator.runner import evaluate
-
-    backend = backend or evaluate
-    where = device_name(settings.device)
-    todo = []
-    for job in jobs:
-        sha = kernelbench.record_solution(database, job.problem, job.path)
-        row = None if rerun else database.find_evaluation(sha, where, settings.size)
-        if row and row.status != Status.REFERENCE_ERROR.value:  # kforge's own failure is no verdict to reuse
-            yield row_line(row)
-        else:
-            todo.append(job)
+    recorded = [(job, kernelbench.record_solution(database, job.problem, job.path)) for job in jobs]
+    reused, todo = split_stored(database, recorded, settings, rerun)
+    for _, judged in reused:
+        yield verdict_line(judged)
     with BatchProgress(err, len(todo), show=progress) as bar:
-        hooks = {"on_stage": bar.stage} if backend is evaluate else {}
-        with contextlib.closing(backend(todo, settings, **hooks)) as verdicts:  # stops its children however we leave
-            for verdict in verdicts:
-                bar.done(verdict.solution_path, verdict.status.value)
-                yield verdict_line(verdict, record.record_verdict(database, verdict))
+        for judged in evaluate_and_record(database, todo, settings, backend, on_stage=bar.stage):
+            bar.done(judged.verdict.solution_path, judged.verdict.status.value)
+            yield verdict_line(judged)
 
 
 def emit(lines: Iterable[dict], as_json: bool) -> list[dict]:

@@ -10,10 +10,11 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, Field
 
-from db import Database, EvaluationRow
-from evaluator import CandidateJob, EvalSettings, Evidence, Status, TimingStats, Verdict, evaluate
+from db import Database
+from evaluator import CandidateJob, EvalSettings, Evidence, Status, Verdict
 from evaluator.hardware import device_name
 from judging.record import record_solution, record_verdict, register_problem
+from judging.reuse import evaluate_and_record, split_stored, verdict_from_row
 from pipeline import cache
 from pipeline.extract import VERDICT_STATUS, Extraction, extract
 from pipeline.llm import LLMError, LLMRequest, Provider, Usage
@@ -86,16 +87,6 @@ def write_candidate(out_dir: Path, problem: str, code: str) -> Path:
     if not path.exists():
         path.write_bytes(raw)
     return path
-
-
-def verdict_from_row(row: EvaluationRow) -> Verdict:
-    """A stored evaluation back as a Verdict, so feedback on an old candidate reads like feedback on a new one."""
-    stats = {k: TimingStats.model_validate(v) for k, v in row.timings.items()}
-    return Verdict(status=Status(row.status), problem=row.problem, solution_sha256=row.solution_sha256,
-                   solution_path=row.solution_path, device=row.device, device_name=row.device_name, size=row.size,
-                   evidence=Evidence.model_validate(row.evidence), speedup=row.speedup,
-                   speedup_vs_compile=row.speedup_vs_compile, torch_version=row.torch_version,
-                   cuda_version=row.cuda_version, wall_s=row.wall_s, **stats)
 
 
 def select_parent(database: Database, problem: Problem, settings: EvalSettings) -> Parent | None:
@@ -178,25 +169,20 @@ class Loop:
     def _judge(self, problem: Problem, drawn: list[Candidate], parent: Parent | None) -> list[Candidate]:
         """Store each file; code already judged on this device keeps its verdict (a resumed run compiles nothing
         twice); the rest is judged, each distinct file once, and every new verdict stored."""
-        known: dict[Path, Verdict] = {}
-        new: dict[Path, Verdict] = {}
-        jobs: dict[Path, CandidateJob] = {}
+        files = [c for c in drawn if c.path is not None]
+        recorded = [(CandidateJob(path=c.path, problem=problem), self._store(problem, c, parent)) for c in files]
+        reused, todo = split_stored(self.database, recorded, self.settings)
+        verdicts = {job.path: judged.verdict for job, judged in reused}
+        unreadable = {c.path: c.extraction for c in files if not c.extraction.ok}
+        for job in todo:
+            if job.path in unreadable:
+                verdicts[job.path] = static_verdict(unreadable[job.path], job.path, problem, self.settings)
+                record_verdict(self.database, verdicts[job.path])
+        runnable = [job for job in todo if job.path not in unreadable]
+        verdicts.update((Path(judged.verdict.solution_path), judged.verdict)
+                        for judged in evaluate_and_record(self.database, runnable, self.settings))
         for c in drawn:
-            if c.path is None:
-                continue
-            sha = self._store(problem, c, parent)
-            stored = self.database.find_evaluation(sha, device_name(self.settings.device), self.settings.size)
-            if stored:
-                known[c.path] = verdict_from_row(stored)
-            elif not c.extraction.ok:
-                new[c.path] = static_verdict(c.extraction, c.path, problem, self.settings)
-            else:
-                jobs[c.path] = CandidateJob(path=c.path, problem=problem)
-        new.update((Path(v.solution_path), v) for v in evaluate(list(jobs.values()), self.settings))
-        for verdict in new.values():
-            record_verdict(self.database, verdict)
-        for c in drawn:
-            c.verdict = known.get(c.path) or new.get(c.path)
+            c.verdict = verdicts.get(c.path)
             self.events("judged", c)
         return drawn
 
