@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -24,7 +23,6 @@ from db import migrate
 from db.models import Evaluation, EvaluationTally, Generation, Problem, Solution
 from db.rows import EvaluationRow, GenerationRow, LeaderRow, ProblemRow, SolutionRow
 
-ENV_VAR = "KFORGE_DB"
 CORRECT = "correct"
 ORIGINS = ("seed", "example", "repair", "generated", "submitted")
 BUSY_TIMEOUT_MS = 30_000
@@ -52,8 +50,8 @@ class ConflictError(DatabaseError, ValueError):
 
 
 def default_url() -> str:
-    """$KFORGE_DB if set (a full SQLAlchemy URL), else a SQLite file under ~/.kforge."""
-    return os.environ.get(ENV_VAR) or f"sqlite:///{_default_path()}"
+    """The user's SQLite file under ~/.kforge (the app decides when to use another URL: db reads no environment)."""
+    return f"sqlite:///{_default_path()}"
 
 
 def _default_path() -> Path:
@@ -262,9 +260,8 @@ class Database:
 
     @classmethod
     def default(cls) -> Database:
-        """The user's database: $KFORGE_DB, or ~/.kforge/kforge.db (whose directory is created)."""
-        if not os.environ.get(ENV_VAR):
-            _default_path().parent.mkdir(parents=True, exist_ok=True)
+        """The user's database, ~/.kforge/kforge.db (whose directory is created)."""
+        _default_path().parent.mkdir(parents=True, exist_ok=True)
         return cls(default_url())
 
     def session(self, write: bool = False) -> Session:

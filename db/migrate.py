@@ -2,8 +2,8 @@
 
 After changing db/models.py, write the next revision from the repository root (pyproject.toml points alembic at
 db/migrations), against a scratch database at the previous head, then review it:
-    KFORGE_DB=sqlite:////tmp/scratch.db alembic upgrade head
-    KFORGE_DB=sqlite:////tmp/scratch.db alembic revision --autogenerate --rev-id 0002 -m "what changed"
+    alembic -x url=sqlite:////tmp/scratch.db upgrade head
+    alembic -x url=sqlite:////tmp/scratch.db revision --autogenerate --rev-id 0002 -m "what changed"
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline
         size = "small" if device == "cpu" else "full"
     if size not in ("full", "small"):
         raise UserError(f"--size must be full, small or auto, not '{size}'")
-    limits = Limits(timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
+    limits = Limits(**{k: v for k, v in (("timeout_s", cfg.timeout_s), ("memory_mb", cfg.memory_mb)) if v is not None})
     if cfg.sandbox not in ("strict", "warn"):
         raise UserError(f"KFORGE_SANDBOX must be strict or warn, not '{cfg.sandbox}'")
     return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root,

@@ -16,12 +16,12 @@ from typing import ClassVar
 import jinja2
 
 from db import Database, EvaluationRow, LeaderRow, ProblemRow, SolutionRow
+from kforge.kernelbench import FAST_P
 from kforge.speed_of_light import Achieved, Cost, achieved, costs
 from reference_problems import Problem, ProblemError, list_problems
 from reference_problems.registry import load_problem_file
 
 CORRECT = "correct"
-FAST_P = (0.0, 1.0, 1.5, 2.0)  # KernelBench's published thresholds
 
 
 # -- formatting ----------------------------------------------------------------------------------

@@ -15,6 +15,6 @@ class Settings(BaseSettings):
     db: str | None = None  # any SQLAlchemy URL; default sqlite:///~/.kforge/kforge.db
     device: str | None = None  # cpu | cuda; default: cuda when available
     build_root: Path | None = None  # compiled-extension cache; default ~/.cache/kforge/builds
-    timeout_s: float = 900.0
-    memory_mb: int = 16_384
+    timeout_s: float | None = None  # None: the evaluator's own default (evaluator.contracts.Limits)
+    memory_mb: int | None = None
     sandbox: str = "strict"  # strict: refuse to run when a sandbox layer is missing; warn: run and record it

@@ -378,18 +378,13 @@ def test_user_url_directory_is_not_created(tmp_path: Path) -> None:
 
 
 def test_default_url_and_default_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """db knows no environment: $KFORGE_DB is the app's business (kforge.settings), not the default's."""
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("KFORGE_DB", raising=False)
+    monkeypatch.setenv("KFORGE_DB", f"sqlite:///{tmp_path / 'ignored.db'}")
     assert default_url() == f"sqlite:///{tmp_path}/.kforge/kforge.db"
     with Database.default() as database:
         add_problem(database, "relu")
-    assert (tmp_path / ".kforge" / "kforge.db").is_file()
-    other = tmp_path / "other.db"
-    monkeypatch.setenv("KFORGE_DB", f"sqlite:///{other}")
-    assert default_url() == f"sqlite:///{other}"
-    with Database.default() as database:
-        assert database.leaderboard() == []
-    assert other.is_file()
+    assert (tmp_path / ".kforge" / "kforge.db").is_file() and not (tmp_path / "ignored.db").exists()
 
 
 # -- several processes --------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Alembic environment of the db package. Database() hands in its open connection (inside the transaction that
-serialises concurrent openers); the alembic command line, run from the repository root, opens $KFORGE_DB."""
+serialises concurrent openers); the alembic command line, run from the repository root, opens `-x url=URL`
+(default: the user's ~/.kforge/kforge.db)."""
 
 from alembic import context
 from sqlalchemy import Connection, create_engine
@@ -20,5 +21,5 @@ given = context.config.attributes.get("connection")
 if given is not None:
     run(given)
 else:
-    with create_engine(default_url()).connect() as opened:
+    with create_engine(context.get_x_argument(as_dictionary=True).get("url") or default_url()).connect() as opened:
         run(opened)
