@@ -472,7 +472,7 @@ class Database:
             return s.scalar(n_stmt) or 0, [ev.speedup for ev in self._best(s, where).values()]
 
     @_guarded
-    def fast_p(
+    def problem_fast_p(
         self,
         thresholds: Iterable[float] = (0, 1, 1.5, 2),
         problem: str | None = None,

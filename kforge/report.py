@@ -256,10 +256,10 @@ def _board(db: Database, device_name: str, size: str, runs: list[EvaluationRow],
         device_name=device_name,
         size=size,
         rows=[(r, _speed_of_light(cost.get(r.problem), size, r.candidate_ms, device_name)) for r in rows],
-        fast_p=db.fast_p(FAST_P, device_name=device_name, size=size),
+        fast_p=db.problem_fast_p(FAST_P, device_name=device_name, size=size),
         geomean=db.geomean_speedup(device_name=device_name, size=size),
         models=_models(runs),
-        curve=fast_p_chart(db.fast_p([0.0, *best], device_name=device_name, size=size), best[-1] * 1.05) if best else None,
+        curve=fast_p_chart(db.problem_fast_p([0.0, *best], device_name=device_name, size=size), best[-1] * 1.05) if best else None,
         histogram=histogram_chart(timed) if timed else None,
     )
 

@@ -251,7 +251,7 @@ def test_aggregates_match_every_evaluation(db: Database) -> None:
         bests = [row.best_speedup for row in board if row.best_speedup]
         n = len({r.problem for r in picked})
         fast = {p: sum(b > p for b in bests) / n for p in (0.0, 1.0, 2.0)}
-        assert db.fast_p((0, 1, 2), device_name=device_name, size=size) == fast
+        assert db.problem_fast_p((0, 1, 2), device_name=device_name, size=size) == fast
         geomean = math.prod(bests) ** (1 / len(bests))
         assert db.geomean_speedup(device_name=device_name, size=size) == pytest.approx(geomean, rel=1e-12)
 
@@ -259,22 +259,22 @@ def test_aggregates_match_every_evaluation(db: Database) -> None:
 def test_fast_p_and_geomean(db: Database) -> None:
     build_board(db)
     # evaluated on H100: A, B, C, E (D has none); best correct speedups: A 3.0, B 1.2
-    fast = db.fast_p(thresholds=(0, 1, 1.2, 1.5, 2, 3), device_name="H100")
+    fast = db.problem_fast_p(thresholds=(0, 1, 1.2, 1.5, 2, 3), device_name="H100")
     assert fast == {0.0: 0.5, 1.0: 0.5, 1.2: 0.25, 1.5: 0.25, 2.0: 0.25, 3.0: 0.0}
-    assert db.fast_p(device_name="H100") == {0.0: 0.5, 1.0: 0.5, 1.5: 0.25, 2.0: 0.25}
+    assert db.problem_fast_p(device_name="H100") == {0.0: 0.5, 1.0: 0.5, 1.5: 0.25, 2.0: 0.25}
     assert db.geomean_speedup(device_name="H100") == pytest.approx(math.sqrt(3.0 * 1.2), rel=1e-12)
     # unfiltered, A's best is the cpu run at 9.0
     assert db.geomean_speedup() == pytest.approx(math.sqrt(9.0 * 1.2), rel=1e-12)
-    assert db.fast_p(problem="B") == {0.0: 1.0, 1.0: 1.0, 1.5: 0.0, 2.0: 0.0}
-    assert db.fast_p(problem="C") == {0.0: 0.0, 1.0: 0.0, 1.5: 0.0, 2.0: 0.0}
+    assert db.problem_fast_p(problem="B") == {0.0: 1.0, 1.0: 1.0, 1.5: 0.0, 2.0: 0.0}
+    assert db.problem_fast_p(problem="C") == {0.0: 0.0, 1.0: 0.0, 1.5: 0.0, 2.0: 0.0}
     assert db.geomean_speedup(problem="C") is None
-    assert db.fast_p(problem="D") == {}
-    assert db.fast_p(size="small") == {}
+    assert db.problem_fast_p(problem="D") == {}
+    assert db.problem_fast_p(size="small") == {}
 
 
 def test_empty_database_aggregates(db: Database) -> None:
     assert db.leaderboard() == [] and db.evaluations() == []
-    assert db.fast_p() == {} and db.geomean_speedup() is None
+    assert db.problem_fast_p() == {} and db.geomean_speedup() is None
 
 
 # -- generations --------------------------------------------------------------------------------

@@ -170,7 +170,7 @@ def test_fast_p_is_over_all_evaluated_samples(url):
     assert kernelbench.fast_p(db, (0, 1), level=1) == ({0.0: 2 / 5, 1.0: 1 / 5}, 5)
     assert kernelbench.fast_p(db, (0,), level=3) == ({}, 0)
     # what the per-problem best (db.fast_p) reports instead: not KernelBench's number
-    assert db.fast_p((0,), problem="A") == {0.0: 1.0} and db.fast_p((1,), problem="A") == {1.0: 1.0}
+    assert db.problem_fast_p((0,), problem="A") == {0.0: 1.0} and db.problem_fast_p((1,), problem="A") == {1.0: 1.0}
 
 
 # -- the CLI ------------------------------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def test_evaluations_stored_at_the_first_schema_are_tallied(url: str) -> None:
         assert [(r.best_device_name, r.n_evaluations, r.n_solutions) for r in db.leaderboard()] == [
             ("cpu", 5, 2), ("H100", 2, 1)
         ]  # fmt: skip
-        assert db.fast_p(device_name="H100") == {0.0: 1.0, 1.0: 0.5, 1.5: 0.5, 2.0: 0.0}
+        assert db.problem_fast_p(device_name="H100") == {0.0: 1.0, 1.0: 0.5, 1.5: 0.5, 2.0: 0.0}
         assert db.geomean_speedup(device_name="H100") == pytest.approx(1.0, rel=1e-12)
         db.add_evaluation("a1", status="correct", device="cuda", device_name="H100", speedup=3.0)
         a, _ = db.leaderboard(device_name="H100")
