@@ -11,6 +11,7 @@ from evaluator.contracts import Status
 
 # Messages CPython gives when the text stops in the middle of a construct.
 _CUT_OFF = re.compile(r"unterminated (triple-quoted )?string|was never closed|unexpected EOF|expected an indented block")
+_CODE_LINE = re.compile(r"^\s*(import |from \S+ import |def |class |@\w|\w+\s*=)", re.MULTILINE)
 _CUDA_HINTS = re.compile(r"cuda_sources\s*=|\.cuda\(\)|device\s*=\s*['\"]cuda|__global__|<<<")
 
 
@@ -24,8 +25,11 @@ class StaticCheck(BaseModel):
 
 
 def _syntax_cause(source: str, exc: SyntaxError) -> StaticCheck:
+    """Cut off: the text stops inside a construct that code before it opened. Prose (a reply with no code before
+    its first apostrophe) is a syntax error, not a cut-off candidate."""
     where = f"line {exc.lineno} of {source.count(chr(10)) + 1}"
-    if _CUT_OFF.search(exc.msg or ""):
+    before = "\n".join(source.splitlines()[:exc.lineno or 0])
+    if _CUT_OFF.search(exc.msg or "") and _CODE_LINE.search(before):
         return StaticCheck(status=Status.TRUNCATED, cause=f"response cut off: {exc.msg} ({where}); the file ends mid-construct")
     return StaticCheck(status=Status.SYNTAX_ERROR, cause=f"SyntaxError: {exc.msg} ({where})")
 

@@ -265,6 +265,11 @@ def show(solution: Annotated[str, typer.Argument(help="solution sha256 (a prefix
     rows = [r for r in open_db(db).evaluations() if r.solution_sha256.startswith(sha)]
     if not rows:
         raise UserError(f"no stored evaluation for {solution}")
+    matches = sorted({r.solution_sha256 for r in rows})
+    if len(matches) > 1:
+        shown = ", ".join(f"{m[:12]} ({next(r.problem for r in rows if r.solution_sha256 == m)})" for m in matches[:5])
+        raise UserError(f"'{solution}' matches {len(matches)} solutions: {shown}{', ...' if len(matches) > 5 else ''}; "
+                        "give a longer prefix")
     if as_json:
         print(json.dumps([r.model_dump(mode="json") for r in rows], indent=1))
         return

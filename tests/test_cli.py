@@ -94,6 +94,8 @@ def test_evaluate_directory_and_leaderboard(kforge, tmp_path):
     assert "scale_bias_hardswish" in table and "fast_1=" in table
     shown = kforge("show", correct["solution_sha256"][:12]).stdout
     assert "correct" in shown and "max_abs_err" in shown
+    ambiguous = kforge("show", "", expect=2).stderr  # the empty prefix matches all three
+    assert ambiguous.startswith("kforge: error: '' matches 3 solutions:") and len(ambiguous.splitlines()) == 1
 
 
 def test_help_starts_without_torch_sqlalchemy_or_openai():

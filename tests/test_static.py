@@ -26,6 +26,12 @@ def test_missing_model_new_and_broken_syntax():
     assert check_source("from elsewhere import ModelNew\n").status is None
 
 
+def test_prose_is_a_syntax_error_and_code_cut_off_is_truncated():
+    """A reply of prose opens a "string" at its first apostrophe; a cut-off file leaves open what its code began."""
+    assert check_source("Here is my kernel. It's fast: it uses shared memory.\n").status is Status.SYNTAX_ERROR
+    assert check_source("import torch\nx = load_inline(name='a',\n    cpp_sources='x'").status is Status.TRUNCATED
+
+
 def test_hints_name_the_seed_failures():
     assert "CUDAContext.h" in hint_for('cuda.cu(38): error: namespace "at::cuda" has no member "getCurrentCUDAStream"')
     assert "cpp_sources" in hint_for("TypeError: load_inline() missing 1 required positional argument: 'cpp_sources'")
