@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
+import os
 import platform
 import secrets
 import shutil
@@ -42,6 +44,7 @@ class Batch:
         self.stop = threading.Event()  # set when the batch ends early: running children are stopped
         self._free = set(self.gpus)
         self._freed = threading.Condition()
+        self._locks: dict[str | None, int] = {}
 
     def _check_sandbox(self) -> dict[str, str]:
         """Probe the jail once; in strict mode a missing kernel-enforced layer stops the batch before any child
@@ -112,20 +115,54 @@ class Batch:
                          stop=self.stop, gate=gate, jail=self.jail(workdir, build_dir, problem, candidate))
 
     def take_device(self, want: str | None = None) -> str | None:
-        """A free device of the batch, or device `want` (waits for it); gives up when the batch is stopped."""
+        """A free device of the batch, or device `want` (waits for it); gives up when the batch is stopped. A device
+        is also locked against every other kforge process on this machine (an flock, released by the kernel if
+        this process dies): two submitters never time or leak-check on one GPU (or the CPU) at the same time."""
         with self._freed:
             while not self.stop.is_set():
                 free = [want] if want in self._free else [] if want is not None else sorted(self._free, key=str)
-                if free:
-                    self._free.discard(free[0])
-                    return free[0]
+                for device in free:
+                    lock = _machine_lock(device)
+                    if lock is not None:
+                        self._free.discard(device)
+                        self._locks[device] = lock
+                        return device
                 self._freed.wait(timeout=0.25)
         raise EvaluatorError("the batch was stopped")
 
     def give_back(self, device: str | None) -> None:
         with self._freed:
+            lock = self._locks.pop(device, None)
+            if lock is not None:
+                os.close(lock)  # closing the descriptor drops the flock
             self._free.add(device)
             self._freed.notify_all()
+
+
+LOCK_DIR = Path("/tmp/kforge-device-locks")  # one place for every kforge process of the machine, whatever its TMPDIR
+
+
+def _device_identity(device: str | None) -> str:
+    """The physical device: a GPU's UUID (ids depend on each process's CUDA_VISIBLE_DEVICES), or the CPU."""
+    if device is None:
+        return "cpu"
+    try:
+        uuid = torch.cuda.get_device_properties(visible_gpus().index(device)).uuid
+        return f"cuda-{uuid}"
+    except (ValueError, RuntimeError, AttributeError, AssertionError):
+        return f"cuda-{device}"
+
+
+def _machine_lock(device: str | None) -> int | None:
+    """An exclusive flock on the device's lock file, or None if another process holds it."""
+    LOCK_DIR.mkdir(mode=0o1777, exist_ok=True)
+    fd = os.open(LOCK_DIR / _device_identity(device), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def build_key(source: str, device: str) -> str:

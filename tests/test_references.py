@@ -96,3 +96,26 @@ def test_cli_exits_1_when_a_reference_fails_and_doctor_lists_the_layers(tmp_path
     assert "not judged" in proc.stderr
     layers = json.loads(run("doctor", "--json").stdout)
     assert set(layers) >= {"pid", "proc", "caps", "landlock", "seccomp", "identity"}
+
+
+def test_one_device_is_used_by_one_kforge_process_at_a_time(cpu_settings):
+    """Two batches (as two submitters would be) on one machine: the second gets the CPU only once the first gives
+    it back; the lock is an flock, so a killed process releases it."""
+    import time
+
+    first, second = Batch(cpu_settings), Batch(cpu_settings)
+    got: list[float] = []
+    try:
+        device = first.take_device()
+        waiter = threading.Thread(target=lambda: got.append((second.take_device(), time.monotonic())[1]))
+        waiter.start()
+        time.sleep(1.0)
+        assert got == []  # still held by the first
+        released = time.monotonic()
+        first.give_back(device)
+        waiter.join(timeout=10)
+        assert got and got[0] >= released
+        second.give_back(None)
+    finally:
+        for batch in (first, second):
+            shutil.rmtree(batch.root, ignore_errors=True)
