@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -16,9 +17,9 @@ from typing import Callable
 
 import torch
 
-from evaluator.contracts import EvalSettings, EvaluatorError, Limits
+from evaluator.contracts import EvalSettings, EvaluatorError
 from evaluator.hardware import visible_gpus
-from evaluator.sandbox import Child, ChildResult, jail_spec, probe_layers, run_child
+from evaluator.sandbox import Child, ChildResult, jail_spec, probe_layers
 from reference_problems import Problem
 
 _log = logging.getLogger(__name__)
@@ -40,13 +41,13 @@ class Batch:
         self.timing_seed, self.verify_seed = secrets.randbits(31), secrets.randbits(31)
         self.probe_fraction = 0.2 + 0.6 * secrets.randbelow(1000) / 1000  # which timed rep gets its output checked
         self.build_root = settings.build_root or DEFAULT_BUILD_ROOT
-        self.layers = self._check_sandbox()
+        self._check_sandbox()
         self.stop = threading.Event()  # set when the batch ends early: running children are stopped
         self._free = set(self.gpus)
         self._freed = threading.Condition()
         self._locks: dict[str | None, int] = {}
 
-    def _check_sandbox(self) -> dict[str, str]:
+    def _check_sandbox(self) -> None:
         """Probe the jail once; in strict mode a missing kernel-enforced layer stops the batch before any child
         runs (the uid layer is reported, not required: see sandbox.identity)."""
         layers = probe_layers(self.root)
@@ -57,7 +58,6 @@ class Batch:
                                  + " (KFORGE_SANDBOX=warn runs anyway and records it in every verdict)")
         if missing:
             _log.warning("running with sandbox layers missing: %s", missing)
-        return layers
 
     def jail(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None) -> dict:
         """The file rules of one child: its scratch and build dirs (and the shared precompiled headers, which a
@@ -99,20 +99,21 @@ class Batch:
         }
 
     def spawn(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
-              on_message: Callable[[dict], dict | None] | None = None, limits: Limits | None = None) -> Child:
+              on_message: Callable[[dict], dict | None] | None = None) -> Child:
         """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request."""
-        workdir.mkdir(parents=True, exist_ok=True)
-        build_dir.mkdir(parents=True, exist_ok=True)
-        return Child(workdir, build_dir, limits or self.settings.limits, cap_address_space=self.settings.device == "cpu",
+        return Child(workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu",
                      stop=self.stop, on_message=on_message, jail=self.jail(workdir, build_dir, problem, candidate))
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
             gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:
-        request = self.request(role, problem, workdir / "out", candidate, **extra)
-        workdir.mkdir(parents=True, exist_ok=True)
-        build_dir.mkdir(parents=True, exist_ok=True)
-        return run_child(request, workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu",
-                         stop=self.stop, gate=gate, jail=self.jail(workdir, build_dir, problem, candidate))
+        """A child from start to end: spawned, its request sent once the gate (if any) opens, waited for."""
+        child = self.spawn(workdir, build_dir, problem, candidate)
+        try:
+            child.begin(self.request(role, problem, workdir / "out", candidate, **extra), gate=gate)
+        except BaseException:
+            child.finish(wait=False)
+            raise
+        return child.finish()
 
     def take_device(self, want: str | None = None) -> str | None:
         """A free device of the batch, or device `want` (waits for it); gives up when the batch is stopped. A device
@@ -142,6 +143,7 @@ class Batch:
 LOCK_DIR = Path("/tmp/kforge-device-locks")  # one place for every kforge process of the machine, whatever its TMPDIR
 
 
+@functools.cache
 def _device_identity(device: str | None) -> str:
     """The physical device: a GPU's UUID (ids depend on each process's CUDA_VISIBLE_DEVICES), or the CPU."""
     if device is None:

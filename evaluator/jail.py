@@ -105,25 +105,27 @@ def _inside(spec: dict, cmd: list[str]) -> None:
     os.execvpe(cmd[0], cmd, os.environ)
 
 
-def _kill_later(pid: int):
-    def handler(_signum, _frame):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return handler
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def _forward(pid: int):
     """SIGINT/SIGTERM go on to the child; if it has not ended 3 s later (it may ignore them, and kforge may be
     dead: this process also gets SIGINT as its parent-death signal) it is killed, and the namespace with it."""
     def handler(signum, _frame):
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
+        _signal(pid, signum)
         signal.alarm(3)
     return handler
+
+
+def _exec_here(spec: dict, cmd: list[str], why: str) -> None:
+    """Without namespaces (the CUDA comparer, or a kernel that refuses them): the other walls, then the child."""
+    _drop_capabilities()
+    os.environ["KFORGE_JAIL"] = json.dumps({"pid": why, "proc": why, "caps": "on", "landlock": _landlock(spec)})
+    os.execvpe(cmd[0], cmd, os.environ)
 
 
 def _own_user_namespace() -> None:
@@ -141,21 +143,14 @@ def main() -> None:
     spec, cmd = json.loads(sys.argv[1]), sys.argv[3:]
     libc = _libc()
     if not spec.get("namespaces", True):  # the CUDA comparer: legacy IPC handles do not cross PID namespaces
-        _drop_capabilities()
-        why = "off: the comparer stays in kforge's PID namespace (CUDA IPC handles do not cross them)"
-        os.environ["KFORGE_JAIL"] = json.dumps({"pid": why, "proc": why, "caps": "on", "landlock": _landlock(spec)})
-        os.execvpe(cmd[0], cmd, os.environ)
+        _exec_here(spec, cmd, "off: the comparer stays in kforge's PID namespace (CUDA IPC handles do not cross them)")
     if os.geteuid() != 0:
         try:
             _own_user_namespace()
         except OSError:
             pass  # the unshare below fails and says so
-    pid_ns = libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS) == 0
-    if not pid_ns:
-        reason = os.strerror(ctypes.get_errno())
-        os.environ["KFORGE_JAIL"] = json.dumps({"pid": f"off: {reason}", "proc": "off: no namespace", "caps": "off",
-                                                "landlock": _landlock(spec)})
-        os.execvpe(cmd[0], cmd, os.environ)
+    if libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS) != 0:
+        _exec_here(spec, cmd, f"off: {os.strerror(ctypes.get_errno())}")
     child = os.fork()
     if child == 0:
         try:
@@ -165,7 +160,7 @@ def main() -> None:
         os._exit(127)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _forward(child))
-    signal.signal(signal.SIGALRM, _kill_later(child))
+    signal.signal(signal.SIGALRM, lambda _signum, _frame: _signal(child, signal.SIGKILL))
     while True:
         try:
             _, status = os.waitpid(child, 0)

@@ -8,6 +8,7 @@ the memory their outputs take (OpenProblems), so memory does not grow with the b
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections import Counter
 from pathlib import Path
@@ -43,7 +44,7 @@ def _cause(server: "ReferenceServer") -> str:
     timeout = server.batch.settings.limits.timeout_s
     outcome = ended_badly(result, timeout, 0)
     cause = outcome.evidence.cause if outcome else "it ended before reporting its outputs"
-    if result.returncode == -9 and not (result.timed_out or result.memory_exceeded or result.cancelled):
+    if result.returncode == -signal.SIGKILL and not (result.timed_out or result.memory_exceeded or result.cancelled):
         cause += " (SIGKILL from outside kforge: most likely the kernel's OOM killer)"
     if result.memory_exceeded:
         cause += f" ({server.batch.settings.limits.memory_mb:,} MB host limit)"
@@ -52,8 +53,9 @@ def _cause(server: "ReferenceServer") -> str:
 
 
 class ReferenceServer:
-    """One problem's reference child. Spawned at once (its interpreter and torch load while it waits); `ready`
-    runs it on a device the gate gives, and returns its Reference or raises ReferenceFailed."""
+    """One problem's reference child. `prestart` spawns it early on CUDA (its interpreter and torch load while
+    the device is busy); `ready` runs it on a device the gate gives, and returns its Reference or raises
+    ReferenceFailed."""
 
     def __init__(self, batch: Batch, problem: Problem, audit: bool = False):
         self.batch, self.problem, self.audit = batch, problem, audit
@@ -147,7 +149,7 @@ class OpenProblems:
                     and held + _RESIDENT_SHARE * self._memory <= _OPEN_SHARE * self._memory * len(self.batch.gpus))
 
     def server(self, problem: Problem) -> ReferenceServer:
-        """The problem's server, spawned now if it has none (call only once admissible)."""
+        """The problem's server, made now if it has none (call only once admissible); its child starts later."""
         with self._lock:
             if problem.sha256 not in self.servers:
                 self.servers[problem.sha256] = ReferenceServer(self.batch, problem)

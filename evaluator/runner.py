@@ -114,11 +114,12 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
         return ChildResult.model_validate_json(stored.read_text())
     result = batch.run("compile", prep.job.problem, prep.workdir / "compile", prep.build_dir, prep.job.path)
     failed = ended_badly(result, batch.settings.limits.timeout_s, 0)
-    transient = any(word in result.log_tail(chars=20_000) for word in _TRANSIENT)
-    if failed and failed.status is Status.COMPILE_ERROR and not result.cancelled and not transient:
-        log = prep.build_dir / f"{_FAILED_BUILD}.log"
-        log.write_bytes(result.log_tail(chars=2_000_000).encode())
-        stored.write_text(result.model_copy(update={"log_path": log}).model_dump_json())
+    if failed and failed.status is Status.COMPILE_ERROR and not result.cancelled:
+        text = result.log_tail(chars=2_000_000)
+        if not any(word in text[-20_000:] for word in _TRANSIENT):
+            log = prep.build_dir / f"{_FAILED_BUILD}.log"
+            log.write_bytes(text.encode())
+            stored.write_text(result.model_copy(update={"log_path": log}).model_dump_json())
     return result
 
 

@@ -115,8 +115,9 @@ def jail_spec(writable: list[Path], readable: list[Path], namespaces: bool = Tru
     `namespaces` it keeps kforge's PID namespace (the trusted comparer on CUDA)."""
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if p and Path(p).is_dir())}
     cuda = [os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)]
-    return {"read": sorted({*_SYSTEM_READ, *python, *cuda, str(ROOT), *map(str, readable)} - {os.getcwd()} | {str(ROOT)}),
-            "write": [str(p) for p in writable], "list": ["/dev"], "namespaces": namespaces}
+    read = {*_SYSTEM_READ, *python, *cuda, *map(str, readable)} - {os.getcwd()}  # sys.path may name the cwd
+    return {"read": sorted(read | {str(ROOT)}), "write": [str(p) for p in writable], "list": ["/dev"],
+            "namespaces": namespaces}
 
 
 _PROBE = ("import json, os, runpy; f = runpy.run_path(os.environ['KFORGE_CONFINE'])['forbid_touching_parent']; "
@@ -127,7 +128,7 @@ _PROBE = ("import json, os, runpy; f = runpy.run_path(os.environ['KFORGE_CONFINE
 def probe_layers(scratch: Path) -> dict[str, str]:
     """Which sandbox layers a jailed child gets on this machine: each 'on', or 'off: why'."""
     spec = jail_spec([scratch], [])
-    cmd = [sys.executable, str(_JAIL), json.dumps(spec), "--", sys.executable, "-c", _PROBE]
+    cmd = _jailed(spec, [sys.executable, "-c", _PROBE])
     try:
         env = scrubbed_env(scratch, scratch, "probe") | {"KFORGE_CONFINE": str(ROOT / "evaluator" / "confine.py")}
         proc = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=60)
@@ -143,9 +144,8 @@ def identity() -> str:
     return "off: same uid as kforge (root without capabilities)" if os.geteuid() == 0 else f"on (uid {os.geteuid()})"
 
 
-def _command(jail: dict | None, req_r: int, res_w: int) -> list[str]:
-    child = [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)]
-    return child if jail is None else [sys.executable, str(_JAIL), json.dumps(jail), "--", *child]
+def _jailed(spec: dict | None, cmd: list[str]) -> list[str]:
+    return cmd if spec is None else [sys.executable, str(_JAIL), json.dumps(spec), "--", *cmd]
 
 
 def _prepare_child(limits: Limits, cap_address_space: bool) -> None:
@@ -215,8 +215,8 @@ class Child:
     message and may return a line to send back (a candidate's handoff is answered that way)."""
 
     def __init__(self, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
-                 stop: threading.Event | None = None, pass_fds: tuple[int, ...] = (),
-                 on_message: Callable[[dict], dict | None] | None = None, jail: dict | None = None):
+                 stop: threading.Event | None = None, on_message: Callable[[dict], dict | None] | None = None,
+                 jail: dict | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
@@ -227,9 +227,9 @@ class Child:
         self.token = secrets.token_hex(16)
         with open(self.result.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                _command(jail, req_r, res_w), cwd=workdir,
+                _jailed(jail, [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)]), cwd=workdir,
                 env=scrubbed_env(workdir, build_dir, self.token), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, pass_fds=(req_r, res_w, *pass_fds), start_new_session=True,
+                stderr=subprocess.STDOUT, pass_fds=(req_r, res_w), start_new_session=True,
                 preexec_fn=lambda: _prepare_child(limits, cap_address_space),
             )
         os.close(req_r)
@@ -259,9 +259,10 @@ class Child:
             self._requests.write(json.dumps(message).encode() + b"\n")
             self._requests.flush()
 
-    def begin(self, request: dict, gpu: str | None = None, gate: Callable[[], str | None] | None = None) -> None:
-        """The request goes out, and the child's clock starts, once the gate (if any) gives a device."""
-        gpu = gate() if gate else gpu
+    def begin(self, request: dict, gate: Callable[[], str | None] | None = None) -> None:
+        """The request goes out, and the child's clock starts, once the gate (if any) gives a device -- the child's
+        interpreter and torch load meanwhile, seconds. The device comes with the request (the child pins itself)."""
+        gpu = gate() if gate else None
         self.send(request | {"gpu": gpu})
         self.result.started = time.monotonic()
 
@@ -304,25 +305,6 @@ def _parse(line: bytes) -> dict:
     except ValueError:
         message = None
     return message if isinstance(message, dict) else {"event": "garbled", "text": line[:200].decode(errors="replace")}
-
-
-def run_child(request: dict, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
-              stop: threading.Event | None = None, gpu: str | None = None, pass_fds: tuple[int, ...] = (),
-              gate: Callable[[], str | None] | None = None,
-              on_message: Callable[[dict], dict | None] | None = None, jail: dict | None = None) -> ChildResult:
-    """Start `python -m evaluator.child`, send it the request on its pipe, wait with timeout and memory watch.
-    Setting `stop` (or an exception here, e.g. Ctrl-C) ends the child the same polite way as a timeout;
-    `gpu` pins it to one CUDA device (the child sets CUDA_VISIBLE_DEVICES from the request); `pass_fds` are more
-    descriptors it inherits (named in the request). `gate`, if given, is called once the child has started --
-    its interpreter and torch load meanwhile, seconds -- and returns the device to pin it to: the request goes
-    out, and the child's clock starts, only then."""
-    child = Child(workdir, build_dir, limits, cap_address_space, stop, pass_fds, on_message, jail)
-    try:
-        child.begin(request, gpu, gate)
-    except BaseException:
-        child.finish(wait=False)
-        raise
-    return child.finish()
 
 
 def _wait(proc: subprocess.Popen, limits: Limits, result: ChildResult, stop: threading.Event) -> None:
