@@ -1,5 +1,9 @@
 """A seccomp filter for evaluator children: candidate code must not signal, trace or read the kforge parent,
-and makes no socket (no network, no unix socket to a host service).
+and reaches no one over a socket.
+
+Sockets: only unix ones can be made (the CUDA driver makes one at cuInit and fails without it), and none can
+connect or send to an address: a unix socket is good only for talking to itself (socketpair) or accepting on
+its own scratch path. So no network of any family, no host service (docker, tmux, systemd) through its socket.
 
 Children run as the same user as kforge, so without this a candidate could simply `os.kill(os.getppid(), 9)`
 (or ptrace it and rewrite the verdict). The filter is inherited by everything the child starts (compilers,
@@ -17,12 +21,17 @@ import struct
 # x86-64 syscall numbers
 _ALWAYS = {"ptrace": 101, "tkill": 200, "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_send_signal": 424}
 _BY_PID = {"kill": 62, "rt_sigqueueinfo": 129, "tgkill": 234, "rt_tgsigqueueinfo": 297, "pidfd_open": 434}
-_REFUSED = {"socket": 41, "io_uring_setup": 425}  # no new socket of any family (io_uring could make one): EACCES
+_SOCKET, _CONNECT, _SENDTO = 41, 42, 44
+# sendmsg/sendmmsg may carry an address where the filter cannot read it; io_uring could make and connect sockets
+# behind the filter's back.
+_REFUSED = {"sendmsg": 46, "sendmmsg": 307, "io_uring_setup": 425}
+_AF_UNIX = 1
 _AUDIT_ARCH_X86_64 = 0xC000003E
 _X32_BIT = 0x40000000
 
 _LD_ABS, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06
-_ALLOW, _KILL_PROCESS, _ERRNO_EACCES = 0x7FFF0000, 0x80000000, 0x00050000 | 13
+_ALLOW, _KILL_PROCESS, _ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
+_EACCES, _ENOENT = 13, 2
 _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 
 
@@ -34,13 +43,27 @@ def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
 
 
+def _sockets() -> list[bytes]:
+    """After the syscall number is loaded: socket() of a family other than unix -> EACCES; connect() -> ENOENT
+    (what finding no socket there says; the CUDA driver asks for an MPS daemon this way and goes on without
+    one); sendto() with an address (both halves of the pointer checked), sendmsg, sendmmsg and io_uring_setup
+    -> EACCES."""
+    refuse_eacces, refuse_enoent = _op(_RET, _ERRNO | _EACCES), _op(_RET, _ERRNO | _ENOENT)
+    prog = [_op(_JEQ, _SOCKET, jf=4), _op(_LD_ABS, 16), _op(_JEQ, _AF_UNIX, jf=1), _op(_RET, _ALLOW), refuse_eacces,
+            _op(_JEQ, _CONNECT, jf=1), refuse_enoent,
+            _op(_JEQ, _SENDTO, jf=6), _op(_LD_ABS, 48), _op(_JEQ, 0, jf=3), _op(_LD_ABS, 52), _op(_JEQ, 0, jf=1),
+            _op(_RET, _ALLOW), refuse_eacces]
+    for nr in _REFUSED.values():
+        prog += [_op(_JEQ, nr, jf=1), refuse_eacces]
+    return prog
+
+
 def _program(protected: list[int]) -> list[bytes]:
-    """arch check, x32 check, refused calls (an error), always-denied calls, then pid-targeted calls checked
-    against `protected`."""
+    """arch check, x32 check, socket rules, always-denied calls, then pid-targeted calls checked against
+    `protected`."""
     prog = [_op(_LD_ABS, 4), _op(_JEQ, _AUDIT_ARCH_X86_64, jt=1), _op(_RET, _KILL_PROCESS), _op(_LD_ABS, 0),
             _op(_JGE, _X32_BIT, jf=1), _op(_RET, _KILL_PROCESS)]
-    for nr in _REFUSED.values():
-        prog += [_op(_JEQ, nr, jf=1), _op(_RET, _ERRNO_EACCES)]
+    prog += _sockets()
     prog += [_op(_JEQ, nr, jt=len(_ALWAYS) - i + len(_BY_PID) + len(protected) + 2) for i, nr in enumerate(_ALWAYS.values())]
     prog += [_op(_JEQ, nr, jt=len(_BY_PID) - i) for i, nr in enumerate(_BY_PID.values())]
     prog += [_op(_RET, _ALLOW), _op(_LD_ABS, 16)]  # args[0], low 32 bits (pid_t)

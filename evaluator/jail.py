@@ -34,6 +34,10 @@ _READ = AccessFS.READ_FILE | AccessFS.READ_DIR | AccessFS.EXECUTE
 _WRITE = _READ | AccessFS.WRITE_FILE | AccessFS.REMOVE_DIR | AccessFS.REMOVE_FILE | AccessFS.MAKE_DIR | \
     AccessFS.MAKE_REG | AccessFS.MAKE_SYM | AccessFS.MAKE_FIFO | AccessFS.MAKE_SOCK | AccessFS.REFER | AccessFS.TRUNCATE
 _DEVICE_RW = AccessFS.READ_FILE | AccessFS.WRITE_FILE | AccessFS.IOCTL_DEV | AccessFS.TRUNCATE
+# Its own /proc/<pid> (threads included): the CUDA driver names its threads through /proc/self/task/*/comm,
+# opened "wb" (so truncate too), and cuInit fails (error 304) when it cannot. Nothing else under /proc is writable: /proc/sys and /proc/sysrq-trigger
+# are root's files, open to a root without capabilities.
+_OWN_PROC = AccessFS.READ_FILE | AccessFS.READ_DIR | AccessFS.WRITE_FILE | AccessFS.TRUNCATE
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 
 
@@ -75,6 +79,7 @@ def _landlock(spec: dict) -> str:
             rules.allow_path(path, AccessFS.READ_DIR)
         for path in spec["write"]:
             rules.allow_path(path, _WRITE)
+        rules.allow_path(os.path.realpath("/proc/self"), _OWN_PROC)
         for path in [*_DEVICES, *(os.path.join("/dev", n) for n in _list("/dev") if n.startswith("nvidia"))]:
             if os.path.exists(path) and not os.path.isdir(path):
                 rules.allow_path(path, _DEVICE_RW)

@@ -72,21 +72,26 @@ def _candidate(directory: Path, name: str, body: str) -> Path:
 
 
 class Listeners:
-    """A TCP listener on 127.0.0.1 and an abstract unix socket, counting the connections they accept."""
+    """What a host service looks like: a TCP listener on 127.0.0.1, an abstract and a path unix socket (the way
+    tmux, docker and systemd listen) and a path datagram socket (syslog's way), counting what reaches them."""
 
-    def __init__(self):
+    def __init__(self, base: Path):
         self.tcp = socket.create_server(("127.0.0.1", 0))
-        self.unix = socket.socket(socket.AF_UNIX)
-        self.abstract = f"kforge-test-{os.getpid()}"
+        self.abstract, self.path, self.dgram_path = f"kforge-test-{os.getpid()}", str(base / "svc.sock"), str(base / "log.sock")
+        self.unix, self.path_unix = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
         self.unix.bind("\0" + self.abstract)
-        self.unix.listen()
+        self.path_unix.bind(self.path)
+        self.dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.dgram.bind(self.dgram_path)
         self.accepted = 0
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._accept, args=(s,), daemon=True) for s in (self.tcp, self.unix)]
+        self.threads = [threading.Thread(target=self._accept, args=(s,), daemon=True) for s in (self.tcp, self.unix, self.path_unix)]
+        self.threads.append(threading.Thread(target=self._receive, daemon=True))
         for t in self.threads:
             t.start()
 
     def _accept(self, server: socket.socket) -> None:
+        server.listen()
         server.settimeout(0.2)
         while not self.stop.is_set():
             try:
@@ -95,12 +100,21 @@ class Listeners:
             except OSError:
                 continue
 
+    def _receive(self) -> None:
+        self.dgram.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                self.dgram.recv(64)
+                self.accepted += 1
+            except OSError:
+                continue
+
     def close(self) -> None:
         self.stop.set()
         for t in self.threads:
             t.join()
-        self.tcp.close()
-        self.unix.close()
+        for s in (self.tcp, self.unix, self.path_unix, self.dgram):
+            s.close()
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +128,7 @@ def world(tmp_path_factory, build_root) -> dict:
         conn.executemany("INSERT INTO evaluation (status) VALUES (?)", [("correct",)] * 5)
     (base / ".kforge").mkdir()
     (base / ".kforge" / "secret").write_text("api-key")
-    listeners = Listeners()
+    listeners = Listeners(base)
     targets = [base / "home_marker", Path(f"/tmp/kforge-escape-{os.getpid()}"), base / "db" / "planted",
                build_root / "poisoned", Path(f"/dev/shm/kforge-escape-{os.getpid()}"), Path(f"/var/tmp/kforge-escape-{os.getpid()}")]
     hostile = base / "hostile"
@@ -127,7 +141,13 @@ def world(tmp_path_factory, build_root) -> dict:
                         "attempt('read a disk', lambda: open(sorted(glob.glob('/dev/[sv]d[a-z]') + glob.glob('/dev/nvme0n1'))[0], 'rb').read(1))",
         "network": f"attempt('tcp', lambda: socket.create_connection(('127.0.0.1', {listeners.tcp.getsockname()[1]}), timeout=2))\n"
                    f"attempt('abstract unix', lambda: socket.socket(socket.AF_UNIX).connect('\\0{listeners.abstract}'))\n"
-                   "attempt('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 9)))",
+                   "attempt('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 9)))\n"
+                   f"attempt('path unix', lambda: socket.socket(socket.AF_UNIX).connect({listeners.path!r}))\n"
+                   f"attempt('datagram', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b'x', {listeners.dgram_path!r}))\n"
+                   f"attempt('sendmsg', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendmsg([b'x'], [], 0, {listeners.dgram_path!r}))\n"
+                   "attempt('netlink', lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))",
+        "sysctl": "name = open('/proc/sys/kernel/hostname').read().strip()  # written back unchanged if it escapes\n"
+                  "attempt('write /proc/sys', lambda: open('/proc/sys/kernel/hostname', 'w').write(name))",
         "db_hunter": f"for path in glob.glob({str(base / '**' / '*.db')!r}, recursive=True) + glob.glob('/root/.kforge/*.db'):\n"
                      "    attempt('truncate ' + path, lambda: open(path, 'w').close())\n"
                      "    attempt('rename ' + path, lambda: os.rename(path, path + '.gone'))\n"
@@ -154,7 +174,7 @@ def world(tmp_path_factory, build_root) -> dict:
     return {"verdicts": verdicts, "db": db, "targets": targets, "listeners": listeners, "wall_s": time.monotonic() - started}
 
 
-ATTACKS = ["writes", "reads_secret", "network", "db_hunter", "parent", "proc_opener", "daemon"]
+ATTACKS = ["writes", "reads_secret", "network", "sysctl", "db_hunter", "parent", "proc_opener", "daemon"]
 
 
 @pytest.mark.slow
@@ -228,3 +248,25 @@ def test_the_cuda_comparer_keeps_kforges_pid_namespace_but_not_its_powers(tmp_pa
     layers = json.loads(layers)
     assert pid != 1 and layers["pid"].startswith("off: the comparer") and layers["landlock"].startswith("on")
     assert layers["caps"] == "on"
+
+
+@pytest.mark.parametrize("namespaces", [True, False])
+def test_a_jailed_child_names_its_threads_the_way_cuda_does_and_writes_nothing_else_in_proc(tmp_path, namespaces):
+    """cuInit writes /proc/self/task/<tid>/comm ("wb") and fails with error 304 if it cannot (found on the H100);
+    the rest of /proc (sysctls, other processes) stays read-only."""
+    import json
+
+    from evaluator.sandbox import _JAIL, jail_spec, scrubbed_env
+
+    code = ("import os, threading\n"
+            "open(f'/proc/self/task/{threading.get_native_id()}/comm', 'wb').write(b'kforge-cuda')\n"
+            "print(open(f'/proc/self/task/{threading.get_native_id()}/comm').read().strip())\n"
+            "try:\n"
+            "    open('/proc/sys/kernel/hostname', 'w')\n"
+            "    print('sysctl writable')\n"
+            "except OSError as exc:\n"
+            "    print('sysctl', exc.errno)\n")
+    spec = jail_spec([tmp_path], [], namespaces=namespaces)
+    proc = subprocess.run([sys.executable, str(_JAIL), json.dumps(spec), "--", sys.executable, "-c", code], cwd=tmp_path,
+                          env=scrubbed_env(tmp_path, tmp_path, "t"), capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["kforge-cuda", "sysctl", "13"], proc.stdout + proc.stderr

@@ -26,7 +26,8 @@ torch::Tensor relu(torch::Tensor x) {
 }
 """
 
-BUILD_DIR = Path(os.environ["TORCH_EXTENSIONS_DIR"]).parent / "adversarial_tiny_ext_cuda"
+# the jail lets a child write only its own build dir and the build root's shared pch/ folder: the test kernel lives there
+BUILD_DIR = Path(os.environ["TORCH_EXTENSIONS_DIR"]).parent / "pch" / "adversarial_tiny_ext_cuda"
 BUILD_DIR.mkdir(exist_ok=True)
 ext = load_inline(name="kforge_adversarial_relu_cuda", cpp_sources="torch::Tensor relu(torch::Tensor x);",
                   cuda_sources=SOURCE, functions=["relu"], build_directory=str(BUILD_DIR))
