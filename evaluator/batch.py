@@ -36,6 +36,7 @@ class Batch:
         if not self.gpus:
             raise EvaluatorError("no CUDA device is visible (check CUDA_VISIBLE_DEVICES or --gpus)")
         self.root = Path(tempfile.mkdtemp(prefix="kforge-eval-"))  # honours TMPDIR (e.g. /dev/shm for big outputs)
+        self.root.chmod(0o711)  # children running as another uid reach their own folders in it, and list none
         self.init_seed = secrets.randbits(31)
         self.trial_seeds = [(f"trial_{i}", secrets.randbits(31)) for i in range(settings.trials)]
         self.timing_seed, self.verify_seed = secrets.randbits(31), secrets.randbits(31)
@@ -49,7 +50,7 @@ class Batch:
 
     def _check_sandbox(self) -> None:
         """Probe the jail once; in strict mode a missing kernel-enforced layer stops the batch before any child
-        runs (the uid layer is reported, not required: see sandbox.identity)."""
+        runs (the uid layer is reported, not required: see sandbox.child_identity)."""
         layers = probe_layers(self.root)
         missing = {k: v for k, v in layers.items() if k != "identity" and not v.startswith("on")}
         if missing and self.settings.sandbox == "strict":

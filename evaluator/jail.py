@@ -10,6 +10,9 @@ Layers, each enforced by the kernel and each reported (a missing one is named, n
 - landlock: reads only where Python, torch, compilers and CUDA live plus the child's own files; writes only its
   scratch and build dirs (and a few device files); no TCP bind/connect; no abstract unix socket or signal
   outside the jail.
+- identity: when kforge runs as root and everything the child reads is reachable by another uid, the child runs
+  as that uid (nobody, 65534): root-owned files stay closed even where a path rule were missed. Its writable
+  dirs are handed to that uid first.
 The outer process (this module's parent half) waits for the child, passes SIGINT/SIGTERM on, and dies with kforge
 (parent-death signal); the child gets SIGKILL when it dies, so nothing outlives kforge.
 """
@@ -65,6 +68,26 @@ def _drop_capabilities() -> None:
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
+def _hand_over(spec: dict) -> None:
+    """Root's half: the child's writable dirs (and what earlier children left in them) become the child uid's."""
+    user = spec["identity"]
+    for top in spec["write"]:
+        for path in [top, *(os.path.join(d, n) for d, dirs, files in os.walk(top) for n in dirs + files)]:
+            os.lchown(path, user["uid"], user["gid"])
+
+
+def _become(spec: dict) -> str:
+    """Drop to the child uid (after the walls that need root are built): its effective and permitted
+    capabilities go with the change of uid."""
+    user = spec["identity"]
+    if "uid" not in user:
+        return user["said"]
+    os.setgroups([])
+    os.setgid(user["gid"])
+    os.setuid(user["uid"])
+    return f"on (uid {user['uid']})"
+
+
 def _landlock(spec: dict) -> str:
     """Apply the file and network rules; the ABI it ran with, or why not."""
     abi = landlockpy.abi_version()
@@ -106,6 +129,7 @@ def _inside(spec: dict, cmd: list[str]) -> None:
     _drop_capabilities()
     layers["caps"] = "on"
     layers["landlock"] = _landlock(spec)
+    layers["identity"] = _become(spec)
     os.environ["KFORGE_JAIL"] = json.dumps(layers | {"pid": "on"})
     os.execvpe(cmd[0], cmd, os.environ)
 
@@ -129,7 +153,8 @@ def _forward(pid: int):
 def _exec_here(spec: dict, cmd: list[str], why: str) -> None:
     """Without namespaces (the CUDA comparer, or a kernel that refuses them): the other walls, then the child."""
     _drop_capabilities()
-    os.environ["KFORGE_JAIL"] = json.dumps({"pid": why, "proc": why, "caps": "on", "landlock": _landlock(spec)})
+    layers = {"pid": why, "proc": why, "caps": "on", "landlock": _landlock(spec)}
+    os.environ["KFORGE_JAIL"] = json.dumps(layers | {"identity": _become(spec)})
     os.execvpe(cmd[0], cmd, os.environ)
 
 
@@ -147,6 +172,8 @@ def _own_user_namespace() -> None:
 def main() -> None:
     spec, cmd = json.loads(sys.argv[1]), sys.argv[3:]
     libc = _libc()
+    if "uid" in spec["identity"]:
+        _hand_over(spec)
     if not spec.get("namespaces", True):  # the CUDA comparer: legacy IPC handles do not cross PID namespaces
         _exec_here(spec, cmd, "off: the comparer stays in kforge's PID namespace (CUDA IPC handles do not cross them)")
     if os.geteuid() != 0:

@@ -13,6 +13,7 @@ import os
 import resource
 import secrets
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -39,6 +40,7 @@ _SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/p
 _MEMORY_POLL_S = 0.25
 _GRACE_S = 2.0  # after SIGINT, before SIGKILL: torch's build removes its lock file, the child reports
 _PR_SET_PDEATHSIG = 1
+_NOBODY = 65534
 _TOKEN_VAR = "KFORGE_CHILD_TOKEN"  # marks every process a child starts, so none can outlive it unnoticed
 # What the harness sends, and how often: each event once, except one `stage` per stage and one `timing` per kind.
 _EVENTS = {"env", "stage", "compiled", "kernels", "trials", "leaks", "timing", "probe", "memory", "done", "error", "cheat",
@@ -116,8 +118,9 @@ def jail_spec(writable: list[Path], readable: list[Path], namespaces: bool = Tru
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if p and Path(p).is_dir())}
     cuda = [os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)]
     read = {*_SYSTEM_READ, *python, *cuda, *map(str, readable)} - {os.getcwd()}  # sys.path may name the cwd
-    return {"read": sorted(read | {str(ROOT)}), "write": [str(p) for p in writable], "list": ["/dev"],
-            "namespaces": namespaces}
+    read = sorted(read | {str(ROOT)})
+    return {"read": read, "write": [str(p) for p in writable], "list": ["/dev"], "namespaces": namespaces,
+            "identity": child_identity(read, [str(p) for p in writable])}
 
 
 _PROBE = ("import json, os, runpy; f = runpy.run_path(os.environ['KFORGE_CONFINE'])['forbid_touching_parent']; "
@@ -126,7 +129,10 @@ _PROBE = ("import json, os, runpy; f = runpy.run_path(os.environ['KFORGE_CONFINE
 
 
 def probe_layers(scratch: Path) -> dict[str, str]:
-    """Which sandbox layers a jailed child gets on this machine: each 'on', or 'off: why'."""
+    """Which sandbox layers a jailed child gets on this machine: each 'on', or 'off: why'. It runs in a folder of
+    its own inside `scratch`, which must be traversable by the child uid (a batch's root is)."""
+    scratch = scratch / "probe"
+    scratch.mkdir(exist_ok=True)
     spec = jail_spec([scratch], [])
     cmd = _jailed(spec, [sys.executable, "-c", _PROBE])
     try:
@@ -135,13 +141,31 @@ def probe_layers(scratch: Path) -> dict[str, str]:
         layers = json.loads(proc.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, OSError, ValueError, IndexError) as exc:
         return {"jail": f"off: the jail did not start ({type(exc).__name__})"}
-    return layers | {"identity": identity()}
+    return layers
 
 
-def identity() -> str:
-    """Children keep kforge's uid: as root they are root without capabilities (files owned by root stay
-    readable where Landlock allows reading); no user namespace maps them to an unprivileged uid yet."""
-    return "off: same uid as kforge (root without capabilities)" if os.geteuid() == 0 else f"on (uid {os.geteuid()})"
+def child_identity(read: list[str], write: list[str]) -> dict:
+    """Who the child runs as. Not root: kforge's own uid. Root: nobody (65534), if that uid can reach everything
+    the child must read (and the dirs it writes, which the jail hands to it); otherwise root without capabilities,
+    and the reason is said (on the CPU machines Python lives under /root, mode 700)."""
+    if os.geteuid() != 0:
+        return {"said": f"on (uid {os.geteuid()}, kforge's own)"}
+    need = {p: stat.S_IROTH | (stat.S_IXOTH if os.path.isdir(p) else 0) for p in read if os.path.exists(p)}
+    need |= {os.path.dirname(p): stat.S_IXOTH for p in write}  # handed over by the jail: only the way there
+    blocked = next((p for p, bits in need.items() if not _reachable(p, bits)), None)
+    if blocked:
+        return {"said": f"off: uid {_NOBODY} cannot reach {blocked}; the child is root without capabilities"}
+    return {"uid": _NOBODY, "gid": _NOBODY}
+
+
+def _reachable(path: str, bits: int) -> bool:
+    """Whether a uid that is neither owner nor in the group could get to `path` by the permission bits: every
+    dir above it searchable by others, and the path itself allowing them `bits`."""
+    path = os.path.realpath(path)
+    try:
+        return os.stat(path).st_mode & bits == bits and all(os.stat(p).st_mode & stat.S_IXOTH for p in Path(path).parents)
+    except OSError:
+        return False
 
 
 def _jailed(spec: dict | None, cmd: list[str]) -> list[str]:

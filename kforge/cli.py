@@ -7,6 +7,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Iterable, Optional
@@ -129,6 +130,7 @@ def doctor(as_json: JsonOpt = False) -> None:
     from evaluator.sandbox import probe_layers
 
     with tempfile.TemporaryDirectory(prefix="kforge-doctor-") as scratch:
+        os.chmod(scratch, 0o711)  # as a batch's root: the child uid reaches its folder inside
         layers = probe_layers(Path(scratch))
     if as_json:
         print(json.dumps(layers, indent=1))

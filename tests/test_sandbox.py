@@ -270,3 +270,33 @@ def test_a_jailed_child_names_its_threads_the_way_cuda_does_and_writes_nothing_e
     proc = subprocess.run([sys.executable, str(_JAIL), json.dumps(spec), "--", sys.executable, "-c", code], cwd=tmp_path,
                           env=scrubbed_env(tmp_path, tmp_path, "t"), capture_output=True, text=True, timeout=60)
     assert proc.stdout.split() == ["kforge-cuda", "sysctl", "13"], proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the drop to another uid is what a root kforge does")
+def test_as_root_the_child_becomes_nobody_and_a_root_only_file_stays_closed_where_the_rules_allow_reading():
+    """The jail's identity layer on its own (the child here is /bin/sh, reachable by uid 65534 on any machine):
+    the writable dir is handed over, a root-owned 0600 file in a readable dir stays unreadable."""
+    import json
+    import shutil
+    import tempfile
+
+    from evaluator.sandbox import _JAIL, child_identity, jail_spec
+
+    tmp_path = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own tmp folders are 0700: no other uid gets in
+    tmp_path.chmod(0o711)
+    scratch, secret = tmp_path / "scratch", tmp_path / "shelf" / "secret"
+    scratch.mkdir()
+    secret.parent.mkdir(mode=0o755)
+    secret.write_text("root only")
+    secret.chmod(0o600)
+    spec = jail_spec([scratch], [secret.parent])
+    spec["read"] = [p for p in spec["read"] if not p.startswith("/root")]  # /bin/sh needs no Python
+    spec["identity"] = child_identity(spec["read"], spec["write"])
+    script = f"id -u; echo x > {scratch}/made && echo wrote; cat {secret} 2>/dev/null || echo closed"
+    try:
+        proc = subprocess.run([sys.executable, str(_JAIL), json.dumps(spec), "--", "/bin/sh", "-c", script],
+                              cwd=scratch, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+        assert proc.stdout.split() == ["65534", "wrote", "closed"], proc.stdout + proc.stderr
+        assert (scratch / "made").stat().st_uid == 65534
+    finally:
+        shutil.rmtree(tmp_path)
