@@ -100,27 +100,41 @@ def _prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict
                      workdir=batch.root / f"cand{index:05d}")
 
 
-_FAILED_BUILD = "kforge-compile-error"  # in a build dir: the child result and log of a compile that failed
-# a compile that failed for want of a resource may pass next time: never remembered
+_OUTCOMES = "outcomes"  # in the build root, written by the parent only (children write just their build dir)
 _TRANSIENT = ("No space left", "Cannot allocate memory", "out of memory", "Killed", "MemoryError", "Resource temporarily")
 
 
 def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
-    """A source whose compile failed with this toolchain fails the same way again (the build key covers source,
-    torch, CUDA, arch and Python): its stored result comes back at once. Only compiler errors are kept, never
-    a timeout, a kill or a memory limit, which another attempt could pass."""
-    stored = prep.build_dir / f"{_FAILED_BUILD}.json"
-    if stored.is_file():
-        return ChildResult.model_validate_json(stored.read_text())
+    """The build key covers source, torch, CUDA, arch and Python, so a key's compile ends the same way again:
+    a compiler error comes back at once from what the parent kept, and a finished build (its library still in
+    the build dir) needs no compile child at all: the candidate child loads it, as a compile child would have,
+    which saves a process and a torch import (seconds) per candidate on a warm run. Only compiler errors are
+    kept, never a timeout, a kill or a memory limit, which another attempt could pass."""
+    memo = batch.build_root / _OUTCOMES / prep.build_dir.name
+    failed, built = memo.with_suffix(".failed.json"), memo.with_suffix(".built")
+    if failed.is_file():
+        return ChildResult.model_validate_json(failed.read_text())
+    if built.is_file() and any(prep.build_dir.rglob("*.so")):
+        return _already_built(prep)
     result = batch.run("compile", prep.job.problem, prep.workdir / "compile", prep.build_dir, prep.job.path)
-    failed = ended_badly(result, batch.settings.limits.timeout_s, 0)
-    if failed and failed.status is Status.COMPILE_ERROR and not result.cancelled:
+    outcome = ended_badly(result, batch.settings.limits.timeout_s, 0)
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    if outcome is None:
+        built.touch()
+    elif outcome.status is Status.COMPILE_ERROR and not result.cancelled:
         text = result.log_tail(chars=2_000_000)
         if not any(word in text[-20_000:] for word in _TRANSIENT):
-            log = prep.build_dir / f"{_FAILED_BUILD}.log"
+            log = memo.with_suffix(".failed.log")
             log.write_bytes(text.encode())
-            stored.write_text(result.model_copy(update={"log_path": log}).model_dump_json())
+            failed.write_text(result.model_copy(update={"log_path": log}).model_dump_json())
     return result
+
+
+def _already_built(prep: _Prepared) -> ChildResult:
+    """What a compile child that found the build in place reports, without starting one."""
+    now = time.monotonic()
+    messages = [{"event": "compiled", "seconds": 0.0, "cache_hit": True, "steps": {}, "_t": now}, {"event": "done", "_t": now}]
+    return ChildResult(messages=messages, returncode=0, started=now, log_path=prep.workdir / "compile" / "child.log")
 
 
 Take = Callable[..., str | None]
