@@ -18,7 +18,7 @@ from rich.table import Table
 from evaluator.contracts import EvalSettings, Status
 from evaluator.static import check_source
 from judging.reuse import Backend, Judged, evaluate_and_record, split_stored
-from kforge import kernelbench
+from kforge import kernelbench, tables
 from kforge.progress import BatchProgress
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
 
@@ -74,23 +74,6 @@ def verdict_line(judged: Judged) -> dict:
             "size": v.size, "evaluation_id": judged.evaluation_id, "reused": judged.reused}
 
 
-def _fmt(x: float | None, spec: str = ".3g") -> str:
-    return "-" if x is None else format(x, spec)
-
-
-def results_table(lines: list[dict]) -> Table:
-    table = Table(title="kforge results")
-    for col in ("problem", "solution", "status", "speedup", "cand ms", "ref ms", "cause / hint"):
-        table.add_column(col, overflow="fold")
-    for ln in lines:
-        why = ln["cause"] + (f"\n→ {ln['hint']}" if ln["hint"] else "")
-        name = Path(ln["path"]).name if ln["path"] else ln["solution_sha256"][:12]
-        style = "green" if ln["status"] == "correct" else "red"
-        table.add_row(ln["problem"], name, f"[{style}]{ln['status']}[/]", _fmt(ln["speedup"]),
-                      _fmt(ln["candidate_ms"]), _fmt(ln["reference_ms"]), why)
-    return table
-
-
 def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSettings, rerun: bool, progress: bool,
              backend: Backend | None = None) -> Iterable[dict]:
     """Reuse stored verdicts for unchanged code on the same device (unless rerun); evaluate and store the rest."""
@@ -112,7 +95,7 @@ def emit(lines: Iterable[dict], as_json: bool) -> list[dict]:
         if as_json:
             print(json.dumps(line), flush=True)
     if not as_json:
-        out.print(results_table(collected))
+        out.print(tables.results(collected))
     failed = sum(line["status"] == Status.REFERENCE_ERROR.value for line in collected)
     if failed:
         err.print(f"kforge: {failed} candidate(s) not judged: their problem's reference failed (see the causes)",
@@ -240,21 +223,9 @@ def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt =
         writer.writeheader()
         writer.writerows({k: json.dumps(v) if isinstance(v, dict) else v for k, v in r.items()} for r in rows)
     else:
-        out.print(leader_table(rows))
+        out.print(tables.leaderboard(rows, out.width))
         fast = "  ".join(f"fast_{p:g}={v:.2f}" for p, v in fast.items()) + f" (KernelBench's, over {samples} samples)"
-        out.print(f"{fast if samples else 'no evaluated samples'}  geomean speedup={_fmt(geomean)}")
-
-
-def leader_table(rows: list[dict]) -> Table:
-    table = Table(title="kforge leaderboard")
-    for col in ("problem", "lvl", "best speedup", "vs compile", "best solution", "cand ms", "ref ms", "statuses"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        counts = ", ".join(f"{k}:{v}" for k, v in sorted(r["status_counts"].items()))
-        table.add_row(r["problem"], str(r["level"]), _fmt(r["best_speedup"]), _fmt(r["speedup_vs_compile"]),
-                      Path(r["best_path"]).name if r["best_path"] else "-", _fmt(r["candidate_ms"]),
-                      _fmt(r["reference_ms"]), counts)
-    return table
+        out.print(f"{fast if samples else 'no evaluated samples'}  geomean speedup={tables.fmt(geomean)}")
 
 
 @app.command()
@@ -277,7 +248,7 @@ def show(solution: Annotated[str, typer.Argument(help="solution sha256 (a prefix
         return
     for r in rows:
         out.rule(f"#{r.id} {r.problem} {Path(r.solution_path or '').name} on {r.device_name} ({r.size})")
-        out.print(f"status: [bold]{r.status}[/]  speedup: {_fmt(r.speedup)}  at {r.created_at:%Y-%m-%d %H:%M}")
+        out.print(f"status: [bold]{r.status}[/]  speedup: {tables.fmt(r.speedup)}  at {r.created_at:%Y-%m-%d %H:%M}")
         out.print(json.dumps({k: v for k, v in r.evidence.items() if v not in (None, "", [], {})}, indent=1), markup=False)
 
 

@@ -1,0 +1,92 @@
+"""The CLI's tables, readable at any width: words stay whole, long names are shortened to what tells them apart,
+and free text (a verdict's cause) goes under the table as numbered notes instead of into a narrow column.
+`--json` carries everything in full."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rich import box
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+_HEX_RUN = re.compile(r"[0-9a-f]{16,}")
+_NAME_WIDTH = 26  # problem and solution names wrap at underscores to this width
+WIDE = 120  # from here on the leaderboard shows every column
+
+
+def fmt(x: float | None, spec: str = ".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def short_name(path: str | None, fallback: str = "-") -> str:
+    """A solution's file name with any long hash cut to 8 characters (seed_001_a7341888….py)."""
+    if not path:
+        return fallback
+    return _HEX_RUN.sub(lambda m: m.group()[:8] + "…", Path(path).name)
+
+
+def wrap_name(name: str, width: int = _NAME_WIDTH) -> str:
+    """An identifier broken into lines after underscores (12_Matmul_with_diagonal_ / matrices_), never inside
+    a part: KernelBench's names run to 60 characters."""
+    lines = [""]
+    for part in re.findall(r"[^_]*_|[^_]+$", name):
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(lines)
+
+
+def _named(problem: str, solution: str) -> Text:
+    text = Text(wrap_name(problem), style="bold")
+    text.append("\n" + wrap_name(solution), style="dim")
+    return text
+
+
+def _table(title: str, named: str) -> Table:
+    """A table that spends its width on content: rules under the header only, one space between columns."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    table.add_column(named, no_wrap=True)
+    return table
+
+
+def _numbers(table: Table, *names: str) -> None:
+    for name in names:
+        table.add_column(name, justify="right", no_wrap=True)
+
+
+def results(lines: list[dict]) -> Group:
+    """One row per verdict; its cause and hint follow the table as note [n], wrapped at words."""
+    table = _table("kforge results", "problem / solution")
+    table.add_column("status", no_wrap=True)
+    _numbers(table, "speedup", "cand ms", "ref ms", "#")
+    notes = []
+    for n, ln in enumerate(lines, 1):
+        style = "green" if ln["status"] == "correct" else "red"
+        table.add_row(_named(ln["problem"], short_name(ln["path"], ln["solution_sha256"][:12])),
+                      f"[{style}]{ln['status']}[/]", fmt(ln["speedup"]), fmt(ln["candidate_ms"]), fmt(ln["reference_ms"]),
+                      str(n))
+        if ln["status"] != "correct" and (ln["cause"] or ln["hint"]):
+            note = Text(f"[{n}] ", style="bold")
+            note.append(ln["cause"] or "")
+            if ln["hint"]:
+                note.append(f"\n    → {ln['hint']}")
+            notes.append(note)
+    return Group(table, *notes)
+
+
+def leaderboard(rows: list[dict], width: int) -> Table:
+    """Per problem: the best speedup and the statuses seen (one per line); below WIDE columns the times and the
+    compile baseline give way (they are in --json)."""
+    wide = width >= WIDE
+    table = _table("kforge leaderboard", "problem / best solution")
+    _numbers(table, "lvl", "best speedup", *(["vs compile", "cand ms", "ref ms"] if wide else []))
+    table.add_column("statuses", no_wrap=True)
+    for r in rows:
+        counts = "\n".join(f"{k} {v}" for k, v in sorted(r["status_counts"].items()))
+        cells = [_named(r["problem"], short_name(r["best_path"])), str(r["level"]), fmt(r["best_speedup"])]
+        cells += [fmt(r["speedup_vs_compile"]), fmt(r["candidate_ms"]), fmt(r["reference_ms"])] if wide else []
+        table.add_row(*cells, counts)
+    return table

@@ -1,0 +1,56 @@
+"""The CLI's tables at 80 columns: no line wider than the terminal, no word split across lines."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from kforge import tables
+
+CAUSE = ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
+         "NumCudaDevices() that might have already set an error?")
+LINES = [
+    {"status": "correct", "speedup": 1.05, "problem": "avg_pool_2d", "solution_sha256": "ab" * 32,
+     "path": "solutions/avg_pool_2d/repair_001_int64_index.py", "cause": "correct in 3 trials", "hint": "",
+     "candidate_ms": 6.25, "reference_ms": 6.55},
+    {"status": "runtime_error", "speedup": None, "problem": "12_Matmul_with_diagonal_matrices_", "solution_sha256": "cd" * 32,
+     "path": "solutions/avg_pool_2d/seed_001_a73418884c619a93.py", "cause": CAUSE, "hint": "check the launch bounds",
+     "candidate_ms": None, "reference_ms": 5.46},
+    {"status": "compile_error", "speedup": None, "problem": "conv1d", "solution_sha256": "ef" * 32, "path": None,
+     "cause": "error: identifier \"blockDim\" is undefined in main.cu line 12", "hint": "", "candidate_ms": None,
+     "reference_ms": None},
+]
+ROWS = [{"problem": "12_Matmul_with_diagonal_matrices_", "level": 1, "best_speedup": 0.574, "speedup_vs_compile": 0.61,
+         "best_path": "runs/level1/sample_0123456789abcdef0123.py", "candidate_ms": 0.018, "reference_ms": 0.0104,
+         "status_counts": {"correct": 3, "runtime_error": 1, "reference_error": 2}}]
+
+
+def _render(renderable, width: int) -> list[str]:
+    console = Console(width=width, file=io.StringIO(), color_system=None, legacy_windows=False)
+    console.print(renderable)
+    return console.file.getvalue().splitlines()
+
+
+def _whole(words: list[str], lines: list[str]) -> list[str]:
+    """The words that no single output line holds whole."""
+    return [w for w in words if not any(w in line for line in lines)]
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_results_keep_words_whole_and_fit(width):
+    lines = _render(tables.results(LINES), width)
+    assert max(map(len, lines)) <= width, "\n".join(lines)
+    words = [w for ln in LINES for w in [*ln["problem"].split("_"), ln["status"], *(ln["cause"] + " " + ln["hint"]).split()]
+             if ln["status"] != "correct" or w in (*ln["problem"].split("_"), ln["status"])]
+    words += ["int64_index.py", "seed_001_a7341888….py", "efefefefefef", "1.05", "6.25", "5.46"]
+    assert _whole(words, lines) == [], "\n".join(lines)
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_leaderboard_keeps_words_whole_and_fits(width):
+    lines = _render(tables.leaderboard(ROWS, width), width)
+    assert max(map(len, lines)) <= width, "\n".join(lines)
+    words = ["Matmul", "diagonal", "matrices", "0.574", "sample_01234567….py", "correct 3", "runtime_error 1", "reference_error 2"]
+    assert _whole(words + (["0.61", "0.018"] if width >= tables.WIDE else []), lines) == [], "\n".join(lines)
