@@ -8,6 +8,7 @@ possible. Each `cheat` names its exploit in Evidence.exploit.
 
 from __future__ import annotations
 
+import re
 import signal
 from dataclasses import dataclass, field
 
@@ -80,12 +81,15 @@ def ended_badly(result: ChildResult, timeout_s: float, max_input_numel: int) -> 
                                                   hint=diagnose.hint_for(log, max_input_numel), log_tail=log[-2000:]))
 
 
+_DIRS = re.compile(r"(?<![\w.])/[^\s:]*/(?=[^/\s:]+:\d+)")  # the build dir before "main.cpp:12:": the log keeps it
+
+
 def _error(error: dict, stage: str, log: str, max_input_numel: int) -> Outcome:
     status = Status.COMPILE_ERROR if stage == "compile" else Status.RUNTIME_ERROR
     text = f"{error['message']}\n{log}"
     compiler = diagnose.error_lines(text) if status is Status.COMPILE_ERROR else ""
     lines = (compiler or error["message"]).strip().splitlines()
-    first = lines[0][:300] if lines else ""
+    first = _DIRS.sub("", lines[0][:300]) if lines else ""
     return Outcome(status, Evidence(stage=stage, cause=f"{error['exc_type']}: {first}", hint=diagnose.hint_for(text, max_input_numel),
                                     log_tail=compiler or error["traceback"][-3000:]))
 
