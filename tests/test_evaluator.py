@@ -91,11 +91,11 @@ def test_a_compile_error_is_remembered_for_the_same_source_and_toolchain(verdict
 def test_a_finished_build_needs_no_compile_child(verdicts, cpu_settings):
     """Warm: the parent knows the key built (its own record, outside the child-writable build dir), so the
     candidate child loads the library itself and the verdict stands."""
-    job = CandidateJob(path=HARDSWISH / "cpu_fused_o3.py", problem=resolve_problem("scale_bias_hardswish"))
+    job = CandidateJob(path=TEST_HARDSWISH / "cpp_leak.py", problem=resolve_problem("scale_bias_hardswish"))
     (again,) = evaluate([job], cpu_settings)
-    assert again.status is Status.CORRECT, again.evidence.cause
+    assert again.status is verdicts["cpp_leak"].status is Status.LEAK, again.evidence.cause
     assert again.evidence.stage_s["compile_child"] == 0.0 and again.evidence.cache_hit is True
-    assert verdicts["cpu_fused_o3"].evidence.stage_s["compile_child"] > 1.0  # the first batch did start one
+    assert verdicts["cpp_leak"].evidence.stage_s["compile_child"] > 1.0  # built only by the first batch
     assert again.evidence.stage_s["compile"] < 5.0  # loaded, not compiled, in the candidate child
 
 
