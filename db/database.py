@@ -238,6 +238,8 @@ class Database:
     def __init__(self, url: str) -> None:
         self._engine = _create_engine(url)
         self.url = self._engine.url.render_as_string(hide_password=True)
+        file = self._engine.url.database if self._engine.dialect.name == "sqlite" else None
+        self.created = bool(file) and file != ":memory:" and not Path(file).exists()  # a typo makes a new file
         if self._engine.dialect.name == "sqlite":
             _configure_sqlite(self._engine)
         writer = self._engine.execution_options(**{_WRITE: True})

@@ -75,7 +75,10 @@ def open_db(url: str | None) -> Database:
     from db import Database
 
     url = url or Settings().db
-    return Database(url) if url else Database.default()
+    database = Database(url) if url else Database.default()
+    if database.created:  # said once, so that a mistyped path is noticed before results go into a new file
+        err.print(f"kforge: new database {database.url}", markup=False, highlight=False, soft_wrap=True)
+    return database
 
 
 def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline: bool = False,

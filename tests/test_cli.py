@@ -116,3 +116,10 @@ def test_version_prints_one_line():
 
     proc = subprocess.run([sys.executable, "-m", "kforge", "--version"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("kforge ") and len(proc.stdout.splitlines()) == 1
+
+
+def test_a_new_sqlite_file_is_announced_once(kforge, tmp_path):
+    """A mistyped --db path would otherwise quietly start an empty leaderboard."""
+    url = f"sqlite:///{tmp_path / 'typo.db'}"
+    first, second = kforge("leaderboard", "--db", url), kforge("leaderboard", "--db", url)
+    assert first.stderr.strip() == f"kforge: new database {url}" and second.stderr == ""
