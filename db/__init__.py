@@ -3,14 +3,8 @@
 Stores plain values handed over by callers; knows nothing of the evaluator or the pipeline.
 """
 
-from db.database import (
-    ORIGINS,
-    ConflictError,
-    Database,
-    DatabaseError,
-    NotFoundError,
-    default_url,
-)
+from db.database import ORIGINS, Database
+from db.engine import ConflictError, DatabaseError, NotFoundError, default_url
 from db.rows import EvaluationRow, GenerationRow, LeaderRow, ProblemRow, SolutionRow
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Frozen, session-free copies of database rows: callers never hold live ORM objects."""
+"""Frozen, session-free copies of database rows, and the functions that make them from ORM objects:
+callers never hold live ORM objects."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from db.models import Evaluation, Generation, Problem, Solution
+
+EVAL_FIELDS = frozenset(c.key for c in Evaluation.__table__.columns) - {"id", "solution_id"}
+GEN_FIELDS = frozenset(c.key for c in Generation.__table__.columns) - {"id", "problem_id", "solution_id"}
 
 
 class _Row(BaseModel):
@@ -103,3 +109,53 @@ class GenerationRow(_Row):
     solution_sha256: str | None
     extraction_status: str
     created_at: datetime
+
+
+def problem_row(problem: Problem) -> ProblemRow:
+    return ProblemRow.model_validate(problem, from_attributes=True)
+
+
+def solution_row(sol: Solution) -> SolutionRow:
+    parent = sol.parent.sha256 if sol.parent is not None else None
+    cols = {k: getattr(sol, k) for k in ("id", "sha256", "path", "source", "origin", "model", "seed_id", "created_at")}
+    return SolutionRow(problem=sol.problem.name, parent_sha256=parent, **cols)
+
+
+def evaluation_row(ev: Evaluation) -> EvaluationRow:
+    sol = ev.solution
+    cols = {k: getattr(ev, k) for k in EVAL_FIELDS}
+    return EvaluationRow(
+        id=ev.id, solution_sha256=sol.sha256, solution_path=sol.path, problem=sol.problem.name, model=sol.model, **cols
+    )
+
+
+def generation_row(gen: Generation) -> GenerationRow:
+    cols = {k: getattr(gen, k) for k in GEN_FIELDS}
+    sha = gen.solution.sha256 if gen.solution is not None else None
+    return GenerationRow(id=gen.id, problem=gen.problem.name, solution_sha256=sha, **cols)
+
+
+def leader_row(problem: Problem, n_solutions: int, counts: dict[str, int], best: Evaluation | None) -> LeaderRow:
+    row = LeaderRow(
+        problem=problem.name,
+        level=problem.level,
+        n_solutions=n_solutions,
+        n_evaluations=sum(counts.values()),
+        status_counts=counts,
+    )
+    if best is None:
+        return row
+    sol = best.solution
+    return row.model_copy(
+        update=dict(
+            best_speedup=best.speedup,
+            best_sha256=sol.sha256,
+            best_path=sol.path,
+            best_model=sol.model,
+            best_device_name=best.device_name,
+            best_size=best.size,
+            candidate_ms=best.candidate_ms,
+            reference_ms=best.reference_ms,
+            speedup_vs_compile=best.speedup_vs_compile,
+        )
+    )

@@ -222,7 +222,7 @@ def test_cli_report_export_import(app: typer.Typer, filled, tmp_path: Path) -> N
     assert res.exit_code == 0, res.output
     other = f"sqlite:///{tmp_path / 'o.db'}"
     res = runner.invoke(app, ["import", str(tmp_path / "e.jsonl"), "--db", other, "--json"])
-    assert json.loads(res.output)["evaluations added"] == 6
+    assert json.loads(res.stdout)["evaluations added"] == 6 and "new database" in res.stderr
     res = runner.invoke(app, ["import", str(tmp_path / "missing.jsonl"), "--db", other])
     assert res.exit_code == 2 and "no such file" in res.output
 

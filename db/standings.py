@@ -1,0 +1,146 @@
+"""Standings: each problem's best correct speedup and its counts by status, kept per (problem, device, size,
+status) in EvaluationTally as evaluations are stored, and the aggregates read from it (leaderboard, fast_p over
+problems, geomean). A mixin of Database: it needs only `session()` and `url`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import ColumnElement, distinct, func, select
+from sqlalchemy.orm import Session
+
+from db.engine import guarded
+from db.models import Evaluation, EvaluationTally, Problem, Solution
+from db.rows import LeaderRow, leader_row
+
+CORRECT = "correct"
+
+
+def problem_id_of(problem: str) -> Any:
+    return select(Problem.id).where(Problem.name == problem).scalar_subquery()
+
+
+def _tally_filters(problem: str | None, device_name: str | None, size: str | None) -> list[ColumnElement[bool]]:
+    """WHERE clauses shared by the aggregate queries, which all read EvaluationTally."""
+    where: list[ColumnElement[bool]] = []
+    if problem is not None:
+        where.append(EvaluationTally.problem_id == problem_id_of(problem))
+    if device_name is not None:
+        where.append(EvaluationTally.device_name == device_name)
+    if size is not None:
+        where.append(EvaluationTally.size == size)
+    return where
+
+
+_RANKED = (Evaluation.status == CORRECT, Evaluation.speedup > 0)  # the evaluations that can be a problem's best
+_BEST = (Evaluation.speedup.desc(), Evaluation.created_at, Evaluation.id)  # the highest speedup, earliest on ties
+
+
+def tally(s: Session, problem_id: int, ev: Evaluation) -> None:
+    """Counts a new evaluation in its tally and keeps the tally's best. FOR UPDATE makes concurrent writers to one
+    tally queue on PostgreSQL instead of losing counts (SQLite writers queue at BEGIN IMMEDIATE already); two first
+    writers both inserting the tally make one fail on its primary key, and retry_on_conflict runs it again."""
+    tally = s.get(EvaluationTally, (problem_id, ev.device_name, ev.size, ev.status), with_for_update=True)
+    if tally is None:
+        tally = EvaluationTally(problem_id=problem_id, device_name=ev.device_name, size=ev.size, status=ev.status, n=0)
+        s.add(tally)
+    tally.n += 1
+    rivals = [i for i in (tally.best_id, ev.id) if i is not None]
+    tally.best_id = s.scalar(select(Evaluation.id).where(Evaluation.id.in_(rivals), *_RANKED).order_by(*_BEST).limit(1))
+
+
+
+class Standings:
+    """The read side of the tallies."""
+
+    @staticmethod
+    def _best(s: Session, where: list[ColumnElement[bool]]) -> dict[int, Evaluation]:
+        """Per problem id, the correct evaluation with the highest speedup (earliest on ties): the best of its
+        matching tallies' bests."""
+        ranked = (
+            select(
+                Evaluation.id.label("eid"),
+                EvaluationTally.problem_id.label("pid"),
+                func.row_number().over(partition_by=EvaluationTally.problem_id, order_by=_BEST).label("rank"),
+            )
+            .join(Evaluation, Evaluation.id == EvaluationTally.best_id)
+            .where(*where)
+            .subquery()
+        )
+        stmt = select(ranked.c.pid, Evaluation).join(Evaluation, Evaluation.id == ranked.c.eid)
+        stmt = stmt.where(ranked.c.rank == 1)
+        return {pid: ev for pid, ev in s.execute(stmt)}
+
+    @staticmethod
+    def _status_counts(s: Session, where: list[ColumnElement[bool]]) -> dict[int, dict[str, int]]:
+        stmt = (
+            select(EvaluationTally.problem_id, EvaluationTally.status, func.sum(EvaluationTally.n))
+            .where(*where)
+            .group_by(EvaluationTally.problem_id, EvaluationTally.status)
+        )
+        counts: dict[int, dict[str, int]] = {}
+        for pid, status, n in s.execute(stmt):
+            counts.setdefault(pid, {})[status] = n
+        return counts
+
+    @guarded
+    def leaderboard(
+        self, problem: str | None = None, *, device_name: str | None = None, size: str | None = None
+    ) -> list[LeaderRow]:
+        """One row per problem that has solutions, by level then name: best correct speedup over
+        all matching evaluations, evaluation counts by status, and the number of solutions."""
+        where = _tally_filters(problem, device_name, size)
+        stmt = select(Problem, func.count(Solution.id)).join(Solution, Solution.problem_id == Problem.id)
+        if problem is not None:
+            stmt = stmt.where(Problem.name == problem)
+        stmt = stmt.group_by(Problem.id).order_by(Problem.level, Problem.name)
+        with self.session() as s, s.begin():
+            best, counts = self._best(s, where), self._status_counts(s, where)
+            return [leader_row(p, n, counts.get(p.id, {}), best.get(p.id)) for p, n in s.execute(stmt)]
+
+    def _best_speedups(self, where: list[ColumnElement[bool]]) -> tuple[int, list[float]]:
+        """(number of problems with matching evaluations, their best correct speedups)."""
+        n_stmt = select(func.count(distinct(EvaluationTally.problem_id))).where(*where)
+        with self.session() as s, s.begin():
+            return s.scalar(n_stmt) or 0, [ev.speedup for ev in self._best(s, where).values()]
+
+    @guarded
+    def problem_fast_p(
+        self,
+        thresholds: Iterable[float] = (0, 1, 1.5, 2),
+        problem: str | None = None,
+        *,
+        device_name: str | None = None,
+        size: str | None = None,
+    ) -> dict[float, float]:
+        """fast_p over problems: the fraction of evaluated problems whose best correct solution has speedup > p
+        (best-of-k; KernelBench's per-sample fast_p is kforge.kernelbench.fast_p, and the two agree when every
+        problem has one sample). Correct runs without a timed speedup do not count. {} if nothing is evaluated."""
+        n, best = self._best_speedups(_tally_filters(problem, device_name, size))
+        if n == 0:
+            return {}
+        return {float(p): sum(b > p for b in best) / n for p in thresholds}
+
+    @guarded
+    def geomean_speedup(
+        self, problem: str | None = None, *, device_name: str | None = None, size: str | None = None
+    ) -> float | None:
+        """Geometric mean of the per-problem best correct speedups; None when there are none."""
+        _, best = self._best_speedups(_tally_filters(problem, device_name, size))
+        return math.exp(math.fsum(map(math.log, best)) / len(best)) if best else None
+
+    @guarded
+    def latest_verdicts(self, problem: str | None = None, level: int | None = None) -> list[tuple[str, float | None]]:
+        """(status, speedup) of the latest stored evaluation of each solution on each device and size, however often
+        it was rerun (ids grow as rows are stored). Reads one index entry per evaluation (~0.6 s for 1M on SQLite)."""
+        latest = select(func.max(Evaluation.id).label("id"))
+        if problem is not None or level is not None:
+            latest = latest.join(Solution, Evaluation.solution_id == Solution.id).join(Problem, Solution.problem_id == Problem.id)
+            latest = latest.where(*([Problem.name == problem] if problem is not None else []),
+                                  *([Problem.level == level] if level is not None else []))
+        latest = latest.group_by(Evaluation.solution_id, Evaluation.device_name, Evaluation.size).subquery()
+        stmt = select(Evaluation.status, Evaluation.speedup).join(latest, Evaluation.id == latest.c.id)
+        with self.session() as s, s.begin():
+            return [(status, speedup) for status, speedup in s.execute(stmt)]
