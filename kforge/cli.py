@@ -90,10 +90,15 @@ def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSetting
 def emit(lines: Iterable[dict], as_json: bool) -> list[dict]:
     """Print the verdicts; exit 1 (after printing them all) if kforge's own side failed for any candidate."""
     collected = []
-    for line in lines:
-        collected.append(line)
-        if as_json:
-            print(json.dumps(line), flush=True)
+    try:
+        for line in lines:
+            collected.append(line)
+            if as_json:
+                print(json.dumps(line), flush=True)
+    except KeyboardInterrupt:  # what finished is stored and shown; the progress line says what did not
+        if not as_json and collected:
+            out.print(tables.results(collected))
+        raise
     if not as_json:
         out.print(tables.results(collected))
     failed = sum(line["status"] == Status.REFERENCE_ERROR.value for line in collected)

@@ -123,3 +123,30 @@ def test_a_new_sqlite_file_is_announced_once(kforge, tmp_path):
     url = f"sqlite:///{tmp_path / 'typo.db'}"
     first, second = kforge("leaderboard", "--db", url), kforge("leaderboard", "--db", url)
     assert first.stderr.strip() == f"kforge: new database {url}" and second.stderr == ""
+
+
+def test_ctrl_c_shows_what_finished_says_what_did_not_and_exits_130(kforge, tmp_path):
+    """A fast kernel is judged, a hanging one is not when Ctrl-C comes: the finished row is printed and stored."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    tree = tmp_path / "sols" / "scale_bias_hardswish"
+    tree.mkdir(parents=True)
+    shutil.copy(SOLUTIONS / "scale_bias_hardswish" / "cpu_fused_o3.py", tree)
+    shutil.copy(Path(__file__).parent / "candidates" / "scale_bias_hardswish" / "py_timeout.py", tree)
+    proc = subprocess.Popen([sys.executable, "-m", "kforge", "evaluate", str(tree.parent), "--device", "cpu"],
+                            env=kforge.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(1)
+        with Database(kforge.db_url) as db:
+            if db.evaluations():
+                break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "cpu_fused_o3.py" in out and "correct" in out and "py_timeout" not in out, out
+    assert "1 not judged (interrupted)" in err and "Traceback" not in err, err
