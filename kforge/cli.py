@@ -134,11 +134,17 @@ def doctor(as_json: JsonOpt = False) -> None:
 @app.command()
 @friendly
 def prompt(problem: Annotated[str, typer.Argument(help="registered name or path")],
-           target: Annotated[str, typer.Option(help="cuda or cpu kernels")] = "cuda") -> None:
-    """Print the LLM prompt for a problem."""
+           target: Annotated[str, typer.Option(help="cuda or cpu kernels")] = "cuda", size: SizeOpt = "auto") -> None:
+    """Print the LLM prompt for a problem, stating the sizes it will be evaluated at (small for CPU kernels)."""
     from prompts import render_prompt
 
-    print(render_prompt(resolve_problem(problem), target=target))
+    if target not in ("cuda", "cpu"):
+        raise UserError(f"--target must be cuda or cpu, not '{target}'")
+    if size == "auto":
+        size = "small" if target == "cpu" else "full"
+    if size not in ("full", "small"):
+        raise UserError(f"--size must be full, small or auto, not '{size}'")
+    print(render_prompt(resolve_problem(problem), target=target, size=size))
 
 
 @app.command()

@@ -150,3 +150,12 @@ def test_ctrl_c_shows_what_finished_says_what_did_not_and_exits_130(kforge, tmp_
     assert proc.returncode == 130, out + err
     assert "cpu_fused_o3.py" in out and "correct" in out and "py_timeout" not in out, out
     assert "1 not judged (interrupted)" in err and "Traceback" not in err, err
+
+
+def test_the_prompt_states_the_sizes_the_kernel_will_be_judged_at(kforge):
+    """CPU kernels are judged at the problem's small sizes: the prompt must say so rather than promise fixed ones."""
+    cpu = kforge("prompt", "conv1d", "--target", "cpu").stdout
+    assert "length = 2048" in cpu and "fixed as given" not in cpu
+    cuda = kforge("prompt", "conv1d").stdout
+    assert "fixed as given" in cuda and "length = 2048" not in cuda
+    assert kforge("prompt", "conv1d", "--target", "tpu", expect=2).stderr.startswith("kforge: error: --target")
