@@ -60,6 +60,8 @@ def timings(result: ChildResult, device: str) -> dict[str, TimingStats]:
 def ended_badly(result: ChildResult, timeout_s: float, max_input_numel: int) -> Outcome | None:
     """How a child ended if it did not finish normally: timeout, memory, exception, a blocked attack on the
     parent (SIGSYS from the seccomp filter), an exit(0) before any result, or a silent death."""
+    if result.last("done") and not (result.timed_out or result.memory_exceeded or result.last("error")):
+        return None  # finished: its log is not read
     stage, log = result.stage, result.log_tail(chars=2_000_000)  # whole build log: errors may precede many notes
     if result.timed_out:
         return Outcome(Status.TIMEOUT, Evidence(stage=stage, cause=f"no result after {timeout_s:.0f} s (stage: {stage})", log_tail=log[-2000:]))
@@ -67,8 +69,6 @@ def ended_badly(result: ChildResult, timeout_s: float, max_input_numel: int) -> 
         return Outcome(Status.RUNTIME_ERROR, Evidence(stage=stage, cause=f"exceeded the host memory limit during {stage}", log_tail=log[-2000:]))
     if error := result.last("error"):
         return _error(error, stage, log, max_input_numel)
-    if result.last("done"):
-        return None
     code = result.returncode or 0
     if code == -signal.SIGSYS:
         return _cheat("sandbox_escape", f"a system call aimed at kforge itself (signal, ptrace or memory access of the "

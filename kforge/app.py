@@ -81,16 +81,22 @@ def open_db(url: str | None) -> Database:
     return database
 
 
+def resolve_size(size: str, device: str) -> str:
+    """--size auto means what each device is judged at: the problem's small sizes on CPU, its own on CUDA."""
+    if size == "auto":
+        size = "small" if device == "cpu" else "full"
+    if size not in ("full", "small"):
+        raise UserError(f"--size must be full, small or auto, not '{size}'")
+    return size
+
+
 def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline: bool = False,
                   gpus: str | None = None) -> EvalSettings:
     cfg = Settings()
     device = device or cfg.device or auto_device()
     if device not in ("cpu", "cuda"):
         raise UserError(f"--device must be cpu or cuda, not '{device}'")
-    if size == "auto":
-        size = "small" if device == "cpu" else "full"
-    if size not in ("full", "small"):
-        raise UserError(f"--size must be full, small or auto, not '{size}'")
+    size = resolve_size(size, device)
     limits = Limits(**{k: v for k, v in (("timeout_s", cfg.timeout_s), ("memory_mb", cfg.memory_mb)) if v is not None})
     if cfg.sandbox not in ("strict", "warn"):
         raise UserError(f"KFORGE_SANDBOX must be strict or warn, not '{cfg.sandbox}'")

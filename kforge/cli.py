@@ -22,7 +22,8 @@ from kforge import kernelbench, tables
 from kforge.progress import BatchProgress
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
 
-from kforge.app import DbOpt, DeviceOpt, JsonOpt, ProblemOpt, SizeOpt, UserError, app, err, eval_settings, friendly, open_db, out
+from kforge.app import (DbOpt, DeviceOpt, JsonOpt, ProblemOpt, SizeOpt, UserError, app, err, eval_settings, friendly,
+                        open_db, out, resolve_size)
 
 if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands that use them, not at start-up
     from db import Database
@@ -140,11 +141,7 @@ def prompt(problem: Annotated[str, typer.Argument(help="registered name or path"
 
     if target not in ("cuda", "cpu"):
         raise UserError(f"--target must be cuda or cpu, not '{target}'")
-    if size == "auto":
-        size = "small" if target == "cpu" else "full"
-    if size not in ("full", "small"):
-        raise UserError(f"--size must be full, small or auto, not '{size}'")
-    print(render_prompt(resolve_problem(problem), target=target, size=size))
+    print(render_prompt(resolve_problem(problem), target=target, size=resolve_size(size, target)))
 
 
 @app.command()
