@@ -38,8 +38,8 @@ _WRITE = _READ | AccessFS.WRITE_FILE | AccessFS.REMOVE_DIR | AccessFS.REMOVE_FIL
     AccessFS.MAKE_REG | AccessFS.MAKE_SYM | AccessFS.MAKE_FIFO | AccessFS.MAKE_SOCK | AccessFS.REFER | AccessFS.TRUNCATE
 _DEVICE_RW = AccessFS.READ_FILE | AccessFS.WRITE_FILE | AccessFS.IOCTL_DEV | AccessFS.TRUNCATE
 # Its own /proc/<pid> (threads included): the CUDA driver names its threads through /proc/self/task/*/comm,
-# opened "wb" (so truncate too), and cuInit fails (error 304) when it cannot. Nothing else under /proc is writable: /proc/sys and /proc/sysrq-trigger
-# are root's files, open to a root without capabilities.
+# opened "wb" (so truncate too), and cuInit fails (error 304) when it cannot. Nothing else under /proc is
+# writable: /proc/sys and /proc/sysrq-trigger are root's files, open to a root without capabilities.
 _OWN_PROC = AccessFS.READ_FILE | AccessFS.READ_DIR | AccessFS.WRITE_FILE | AccessFS.TRUNCATE
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 
