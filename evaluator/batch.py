@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import functools
 import hashlib
-import logging
 import os
 import platform
 import secrets
@@ -19,12 +18,12 @@ import torch
 
 from evaluator.contracts import EvalSettings, EvaluatorError
 from evaluator.hardware import visible_gpus
-from evaluator.sandbox import Child, ChildResult, jail_spec, probe_layers
+from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
+from evaluator.sandbox import Child, ChildResult, jail_spec, require_layers
 from reference_problems import Problem
 
-_log = logging.getLogger(__name__)
-
 DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
+_REQUESTS = {"compile": CompileRequest, "candidate": CandidateRequest, "reference": ReferenceRequest}
 
 
 class Batch:
@@ -49,16 +48,12 @@ class Batch:
         self._locks: dict[str | None, int] = {}
 
     def _check_sandbox(self) -> None:
-        """Probe the jail once; in strict mode a missing kernel-enforced layer stops the batch before any child
-        runs (the uid layer is reported, not required: see sandbox.child_identity)."""
-        layers = probe_layers(self.root)
-        missing = {k: v for k, v in layers.items() if k != "identity" and not v.startswith("on")}
-        if missing and self.settings.sandbox == "strict":
+        """Probe the jail once: in strict mode a missing layer stops the batch before any child runs."""
+        try:
+            require_layers(self.root, self.settings.sandbox)
+        except EvaluatorError:
             shutil.rmtree(self.root, ignore_errors=True)
-            raise EvaluatorError("sandbox layer(s) missing: " + "; ".join(f"{k} {v}" for k, v in missing.items())
-                                 + " (KFORGE_SANDBOX=warn runs anyway and records it in every verdict)")
-        if missing:
-            _log.warning("running with sandbox layers missing: %s", missing)
+            raise
 
     def jail(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None) -> dict:
         """The file rules of one child: its scratch and build dirs (and the shared precompiled headers, which a
@@ -85,19 +80,20 @@ class Batch:
         return {"seeds": seeds, "timing_seed": self.timing_seed, "verify_seed": self.verify_seed,
                 "probe_fraction": self.probe_fraction}
 
-    def request(self, role: str, problem: Problem, out_dir: Path, candidate: Path | None = None, **extra) -> dict:
+    def request(self, role: str, problem: Problem, out_dir: Path, candidate: Path | None = None, **extra) -> Request:
+        """The request of a compile, candidate or reference child, as the protocol types it."""
         s = self.settings
         out_dir.mkdir(parents=True, exist_ok=True)
-        return {
-            "role": role, "problem_path": str(problem.path), "candidate_path": str(candidate.resolve()) if candidate else None,
-            "device": s.device, "overrides": problem.meta.small if s.size == "small" else {},
-            "init_seed": self.init_seed, **self._secrets(role), "atol": problem.meta.atol, "rtol": problem.meta.rtol,
-            "out_dir": str(out_dir), "leak_calls": s.leak_calls, "compile_baseline": s.compile_baseline,
-            "cpu_threads": s.cpu_threads,
-            "timing": {"enabled": s.timing, "warmup_ms": s.warmup_ms, "rep_ms": s.rep_ms, "min_reps": s.min_reps,
-                       "max_reps": s.max_reps, "rel_ci": s.rel_ci},
-            **extra,
-        }
+        if candidate is not None:
+            extra["candidate_path"] = str(candidate.resolve())
+        timing = TimingRequest(enabled=s.timing, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms, min_reps=s.min_reps,
+                               max_reps=s.max_reps, rel_ci=s.rel_ci)
+        return _REQUESTS[role](
+            problem_path=str(problem.path), device=s.device, overrides=problem.meta.small if s.size == "small" else {},
+            init_seed=self.init_seed, atol=problem.meta.atol, rtol=problem.meta.rtol, out_dir=str(out_dir),
+            leak_calls=s.leak_calls, compile_baseline=s.compile_baseline, cpu_threads=s.cpu_threads, timing=timing,
+            **self._secrets(role), **extra,
+        )
 
     def spawn(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
               on_message: Callable[[dict], dict | None] | None = None) -> Child:

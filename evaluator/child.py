@@ -2,7 +2,8 @@
 
 Roles: `compile` (import the candidate, which builds it), `candidate` (correctness, leaks, timing of ModelNew),
 `reference` (the problem's Model: reference outputs and baseline timings, in a process no candidate touched; it
-then stays as the comparer of the problem's candidates' outputs).
+then stays as the comparer of the problem's candidates' outputs), `introspect` (problem files' bytes and FLOPs,
+evaluator.introspect). The request and every message are models of evaluator.protocol.
 The candidate role also watches the candidate: which extensions it builds and calls (extensions.py), and
 whether it tampers with the harness (guard.py).
 """
@@ -17,7 +18,10 @@ from pathlib import Path
 
 import torch
 
-from evaluator import comparer, confine, extensions, guard, hardware, leaks, loading, precompiled, timing, trials
+from evaluator import comparer, confine, extensions, guard, hardware, introspect, leaks, loading, precompiled, timing, trials
+from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, IntrospectRequest, Kernels, Leaks,
+                                Memory, Message, Outputs, Probe, Ready, ReferenceRequest, Request, Stage, Timing, Trials,
+                                read_request)
 
 
 class Channel:
@@ -26,8 +30,8 @@ class Channel:
     def __init__(self, fd: int):
         self._fh = os.fdopen(fd, "w", buffering=1)
 
-    def send(self, event: str, **data) -> None:
-        self._fh.write(json.dumps({"event": event, **data}, default=str) + "\n")
+    def send(self, message: Message) -> None:
+        self._fh.write(message.model_dump_json(fallback=str) + "\n")
 
 
 def _strict_fp32() -> None:
@@ -37,8 +41,11 @@ def _strict_fp32() -> None:
     torch.set_float32_matmul_precision("highest")
 
 
-def _environment(device: str) -> dict:
-    return {"device_name": hardware.device_name(device), "torch_version": torch.__version__, "cuda_version": torch.version.cuda}
+def _environment(device: str, confined: bool) -> Env:
+    layers = json.loads(os.environ.get("KFORGE_JAIL") or '{"jail": "off: not started in the jail"}')
+    layers["seccomp"] = "on" if confined else "off: not x86-64, or not permitted"
+    return Env(device_name=hardware.device_name(device), torch_version=torch.__version__,
+               cuda_version=torch.version.cuda, confined=confined, sandbox=layers)
 
 
 def _sync(device: str):
@@ -59,68 +66,67 @@ class _Keeper:
                 self.kept[label] = trials.snapshot(trials.as_tensors(out))
 
 
-def _bench(call, req: dict, **hooks) -> list[float]:
-    t = req["timing"]
+def _bench(call, req: CandidateRequest | ReferenceRequest, **hooks) -> list[float]:
+    t = req.timing
     with torch.no_grad():
-        return timing.bench(call, req["device"], t["warmup_ms"], t["rep_ms"], t["min_reps"], t["max_reps"],
-                            rel_ci=t.get("rel_ci"), **hooks)
+        return timing.bench(call, req.device, t.warmup_ms, t.rep_ms, t.min_reps, t.max_reps, rel_ci=t.rel_ci, **hooks)
 
 
-def _time(chan: Channel, req: dict, call, **hooks) -> None:
+def _time(chan: Channel, req: CandidateRequest | ReferenceRequest, call, **hooks) -> None:
     """Times the model; the parent clocks the timed loop from the `timed` stage message to the samples."""
-    chan.send("stage", stage="timing")
-    samples = _bench(call, req, mark=lambda: chan.send("stage", stage="timed"), **hooks)
-    chan.send("timing", which="model", samples=samples)
+    chan.send(Stage(stage="timing"))
+    samples = _bench(call, req, mark=lambda: chan.send(Stage(stage="timed")), **hooks)
+    chan.send(Timing(which="model", samples=samples))
 
 
-def _probe(req: dict, model, problem, inputs: list, before: list[int], kept: dict[str, list], save) -> dict:
+def _probe(req: CandidateRequest, model, problem, inputs: list, before: list[int], kept: dict[str, list], save) -> Probe:
     """Outputs of timed calls, then one more call after fresh data was written into the same input tensors."""
-    device = req["device"]
+    device = req.device
     _sync(device)()
     changed = trials.fingerprint(inputs) != before
     outputs = {label: save(outs, label) for label, outs in kept.items()}
     kept.clear()
-    if trials.refill(inputs, problem, req["verify_seed"], device):
+    if trials.refill(inputs, problem, req.verify_seed, device):
         with torch.no_grad():
             value = model(*inputs)
         _sync(device)()
         outputs["verify"] = save(trials.as_tensors(value), "verify")
-    return {"outputs": outputs, "inputs_changed": changed}
+    return Probe(outputs=outputs, inputs_changed=changed)
 
 
 def _memory(chan: Channel, device: str) -> None:
     if device == "cuda":
-        chan.send("memory", peak_cuda_allocated=torch.cuda.max_memory_allocated(), host_rss=leaks.rss())
+        chan.send(Memory(peak_cuda_allocated=torch.cuda.max_memory_allocated(), host_rss=leaks.rss()))
 
 
-def _handoff(chan: Channel, requests, req: dict):
+def _handoff(chan: Channel, requests, req: CandidateRequest):
     """The candidate's saver: each call's outputs go to the comparer, and the child waits until they are judged."""
     def send(label: str, outputs: list[dict]) -> None:
-        chan.send("outputs", which=label, outputs=outputs)
+        chan.send(Outputs(which=label, outputs=outputs))
         if not requests.readline():
             raise RuntimeError("kforge stopped answering while the outputs were judged")
-    return trials.handoff(Path(req["out_dir"]), req["device"], send)
+    return trials.handoff(Path(req.out_dir), req.device, send)
 
 
-def _run_candidate(chan: Channel, req: dict, model, problem, watch: extensions.KernelWatch, check, save) -> None:
+def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: extensions.KernelWatch, check, save) -> None:
     """Correctness (watched), leak check, timing with output snapshots, and a stale-result probe."""
-    device = req["device"]
-    chan.send("stage", stage="correctness")
-    report = trials.run_trials(model, problem, req["seeds"], device, save, _sync(device), watch)
-    chan.send("trials", trials=report)
+    device = req.device
+    chan.send(Stage(stage="correctness"))
+    report = trials.run_trials(model, problem, req.seeds, device, save, _sync(device), watch)
+    chan.send(Trials(trials=report))
     check("correctness")
-    inputs = trials.make_inputs(problem, req["timing_seed"], device)
+    inputs = trials.make_inputs(problem, req.timing_seed, device)
     before = trials.fingerprint(inputs)
     call = lambda: model(*inputs)  # noqa: E731
-    chan.send("stage", stage="leak")
-    chan.send("leaks", growth=leaks.measure_growth(call, device, req["leak_calls"]))
+    chan.send(Stage(stage="leak"))
+    chan.send(Leaks(growth=leaks.measure_growth(call, device, req.leak_calls)))
     check("leak")
-    if req["timing"]["enabled"]:
-        keeper = _Keeper(req["probe_fraction"])
+    if req.timing.enabled:
+        keeper = _Keeper(req.probe_fraction)
         _time(chan, req, call, on_rep=keeper)
         check("timing")
-        chan.send("stage", stage="probe")
-        chan.send("probe", **_probe(req, model, problem, inputs, before, keeper.kept, save))
+        chan.send(Stage(stage="probe"))
+        chan.send(_probe(req, model, problem, inputs, before, keeper.kept, save))
         check("probe")
     _memory(chan, device)
 
@@ -132,26 +138,26 @@ def _footprint(device: str, expected: comparer.Expected) -> int:
     return torch.cuda.memory_reserved()
 
 
-def _run_reference(chan: Channel, req: dict, model, problem, requests) -> None:
+def _run_reference(chan: Channel, req: ReferenceRequest, model, problem, requests) -> None:
     """Reference outputs for every seed the candidate will see (kept on the device as far as the budget goes),
     baseline timings, then serve as the comparer of this problem's candidates until told to close."""
-    device = req["device"]
-    expected = comparer.Expected(model, problem, dict(req["seeds"]), device, req["resident_bytes"])
-    chan.send("stage", stage="correctness")
-    report = trials.run_trials(model, problem, req["seeds"], device, expected.keep, _sync(device))
-    chan.send("trials", trials=report)
-    if req["timing"]["enabled"]:
-        inputs = trials.make_inputs(problem, req["timing_seed"], device)
+    device = req.device
+    expected = comparer.Expected(model, problem, dict(req.seeds), device, req.resident_bytes)
+    chan.send(Stage(stage="correctness"))
+    report = trials.run_trials(model, problem, req.seeds, device, expected.keep, _sync(device))
+    chan.send(Trials(trials=report))
+    if req.timing.enabled:
+        inputs = trials.make_inputs(problem, req.timing_seed, device)
         _time(chan, req, lambda: model(*inputs))
-        if req.get("compile_baseline"):
+        if req.compile_baseline:
             compiled = torch.compile(model)
-            chan.send("timing", which="compiled", samples=_bench(lambda: compiled(*inputs), req))
+            chan.send(Timing(which="compiled", samples=_bench(lambda: compiled(*inputs), req)))
         del inputs
     _memory(chan, device)
-    judge = comparer.Comparer(expected, req["atol"], req["rtol"])
-    audit = judge.audit() if req.get("audit") else []
-    chan.send("stage", stage="serving")
-    chan.send("ready", footprint=_footprint(device, expected), audit=audit)
+    judge = comparer.Comparer(expected, req.atol, req.rtol)
+    audit = judge.audit() if req.audit else []
+    chan.send(Stage(stage="serving"))
+    chan.send(Ready(footprint=_footprint(device, expected), audit=audit))
     comparer.serve(chan, requests, judge)
 
 
@@ -164,57 +170,64 @@ def _pin(gpu: str | None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
 
 
-def _serve(chan: Channel, req: dict, confined: bool, requests) -> None:
-    device = req["device"]
-    _pin(req.get("gpu"))
+def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
+    if isinstance(req, IntrospectRequest):
+        chan.send(_environment("cpu", confined))
+        return _run_introspect(chan, req)
+    device = req.device
+    _pin(req.gpu)
     _strict_fp32()
     if device == "cpu":
-        torch.set_num_threads(req["cpu_threads"])  # reference and candidate get the same cores
-    layers = json.loads(os.environ.get("KFORGE_JAIL") or '{"jail": "off: not started in the jail"}')
-    layers["seccomp"] = "on" if confined else "off: not x86-64, or not permitted"
-    chan.send("env", **_environment(device), confined=confined, sandbox=layers)
-    problem = loading.load_problem(Path(req["problem_path"]), req["overrides"])
-    if req["role"] == "reference":
-        return _run_reference(chan, req, trials.build_model(problem.Model, problem, req["init_seed"], device), problem, requests)
-    build_dir, candidate = Path(os.environ["TORCH_EXTENSIONS_DIR"]), Path(req["candidate_path"])
+        torch.set_num_threads(req.cpu_threads)  # reference and candidate get the same cores
+    chan.send(_environment(device, confined))
+    problem = loading.load_problem(Path(req.problem_path), req.overrides)
+    if isinstance(req, ReferenceRequest):
+        return _run_reference(chan, req, trials.build_model(problem.Model, problem, req.init_seed, device), problem, requests)
+    build_dir, candidate = Path(os.environ["TORCH_EXTENSIONS_DIR"]), Path(req.candidate_path)
     headers = precompiled.Headers(build_dir.parent)  # the build root: shared by every candidate's build
     headers.install()  # both roles: the candidate child must write the same build.ninja, or ninja rebuilds
     watch = extensions.KernelWatch(Path(problem.__file__))
     watch.install()
     judge = guard.Guard(guard.harness_modules())
-    chan.send("stage", stage="compile")
-    if req["role"] == "compile":
+    chan.send(Stage(stage="compile"))
+    if req.role == "compile":
         headers.prepare(candidate)  # before any candidate code runs
         print("kforge: precompiled headers:", "; ".join(headers.log) or "none wanted", flush=True)
     module, seconds, cached = loading.load_candidate(candidate, build_dir)
-    chan.send("compiled", seconds=seconds, cache_hit=cached, steps={} if cached else loading.build_steps(build_dir))
-    if req["role"] == "candidate":
-        chan.send("kernels", **watch.report.model_dump())
+    chan.send(Compiled(seconds=seconds, cache_hit=cached, steps={} if cached else loading.build_steps(build_dir)))
+    if isinstance(req, CandidateRequest):
+        chan.send(Kernels(**watch.report.model_dump()))
         judge.check("at import")
-        chan.send("stage", stage="init")
-        model = trials.build_model(module.ModelNew, problem, req["init_seed"], device)
+        chan.send(Stage(stage="init"))
+        model = trials.build_model(module.ModelNew, problem, req.init_seed, device)
         judge.check("in __init__")
         _run_candidate(chan, req, model, problem, watch, lambda stage: judge.check(f"during {stage}"),
                        _handoff(chan, requests, req))
+
+
+def _run_introspect(chan: Channel, req: IntrospectRequest) -> None:
+    """Each problem file in turn: one that raises is answered with its error and the next goes on (a hang or a
+    crash is the parent's to see and name)."""
+    for path in req.problem_paths:
+        chan.send(introspect.measure(path))
 
 
 def main() -> None:
     confined = confine.forbid_touching_parent()  # before anything reads candidate or problem code
     request_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
     requests = os.fdopen(request_fd, "rb")  # the request, then (reference, candidate) the parent's answers
-    req = json.loads(requests.readline())
     chan = Channel(result_fd)
     try:
-        _serve(chan, req, confined, requests)
+        _serve(chan, read_request(requests.readline()), confined, requests)
     except guard.Tampered as exc:
-        chan.send("cheat", exploit="judge_tampering", detail=f"replaced what the judge relies on {exc}")
+        chan.send(Cheat(exploit="judge_tampering", detail=f"replaced what the judge relies on {exc}"))
         sys.stdout.flush()
         os._exit(3)
     except BaseException as exc:  # noqa: BLE001 - every failure of candidate code is a verdict, not a crash
-        chan.send("error", exc_type=type(exc).__name__, message=str(exc)[-4000:], traceback=traceback.format_exc()[-6000:])
+        chan.send(Error(exc_type=type(exc).__name__, message=str(exc)[-4000:], traceback=traceback.format_exc()[-6000:]))
         sys.stdout.flush()
         os._exit(1)
-    chan.send("done")
+    chan.send(Done())
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: a candidate's broken CUDA context must not hang the exit
 

@@ -8,7 +8,6 @@ for (a forward of the reference, which is cheaper than holding gigabytes per see
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from types import ModuleType
@@ -17,6 +16,7 @@ import torch
 
 from evaluator import audit_rules, ipc, trials
 from evaluator.correctness import Comparison, judge_outputs, layout, load_outputs
+from evaluator.protocol import COMPARER_OP, Audit, Audited, Close, Compare, Compared
 
 
 class Expected:
@@ -47,11 +47,11 @@ class Expected:
         return trials.make_inputs(self.problem, self.seeds[label], self.device)
 
 
-def _received(request: dict, opened: ipc.Opened) -> list:
+def _received(request: Compare, opened: ipc.Opened) -> list:
     """The candidate's tensors as the request describes them: IPC ranges on CUDA, the raw-bytes file on CPU."""
-    metas = request["outputs"]
-    if request.get("path") is not None:
-        fd = os.open(Path(request["path"]), os.O_RDONLY | os.O_NOFOLLOW)
+    metas = request.outputs
+    if request.path is not None:
+        fd = os.open(Path(request.path), os.O_RDONLY | os.O_NOFOLLOW)
         try:
             return load_outputs(fd, metas)
         finally:
@@ -80,24 +80,24 @@ class Comparer:
         exp = self.expected
         return judge_outputs(trial, exp.outputs(label), exp.meta[label], got, got_meta, self.atol, self.rtol, exp.device)
 
-    def compare(self, request: dict) -> dict:
+    def compare(self, request: Compare) -> Compared:
         """One handed-over call: its comparison with the expected label, and on a mismatch the other label it
         matches instead (a cached or leftover result), if any."""
         opened, got = ipc.Opened(), []
         try:
             got = _received(request, opened)
-            result = self._against(got, request["outputs"], request["expected"], int(request["trial"]))
+            result = self._against(got, request.outputs, request.expected, request.trial)
             stale = ""
             if result.mismatch is not None:
-                stale = next((other for other in self.expected.meta if other != request["expected"]
-                              and not self._against(got, request["outputs"], other, -1).mismatch), "")
+                stale = next((other for other in self.expected.meta if other != request.expected
+                              and not self._against(got, request.outputs, other, -1).mismatch), "")
         except (OSError, ValueError, KeyError, TypeError, ipc.IpcError, RuntimeError) as exc:
-            return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            return Compared(which=request.label, error=f"{type(exc).__name__}: {str(exc)[:300]}")
         finally:
             del got
             opened.close()
-        return {"mismatch": result.mismatch.model_dump() if result.mismatch else None, "max_abs_err": result.max_abs_err,
-                "tolerance_used": result.tolerance_used, "stale": stale}
+        return Compared(which=request.label, mismatch=result.mismatch.model_dump() if result.mismatch else None,
+                        max_abs_err=result.max_abs_err, tolerance_used=result.tolerance_used, stale=stale)
 
     def audit(self) -> list[dict]:
         """Every trivial answer against this problem's check (see evaluator.audit_rules)."""
@@ -108,13 +108,12 @@ class Comparer:
 
 
 def serve(chan, requests, comparer: Comparer) -> None:
-    """Answer requests (JSON lines) until `close` or the end of the pipe."""
+    """Answer requests (evaluator.protocol.ComparerOp lines) until `close` or the end of the pipe."""
     for line in requests:
-        request = json.loads(line)
-        op = request.get("op")
-        if op == "close":
+        request = COMPARER_OP.validate_json(line)
+        if isinstance(request, Close):
             return
-        if op == "compare":
-            chan.send("compared", which=request["label"], **comparer.compare(request))
-        elif op == "audit":
-            chan.send("audited", findings=comparer.audit())
+        if isinstance(request, Compare):
+            chan.send(comparer.compare(request))
+        elif isinstance(request, Audit):
+            chan.send(Audited(findings=comparer.audit()))

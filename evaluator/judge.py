@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from evaluator import diagnose
 from evaluator.contracts import EvalSettings, Evidence, Mismatch, Status, TimingStats
 from evaluator.hardware import device_name, peak
+from evaluator.protocol import Cheat, Kernels, Leaks, Probe, Trials
 from evaluator.sandbox import ChildResult
 from evaluator.timing import implausible, method_name, summarize
 from reference_problems import ProblemMeta
@@ -134,8 +135,8 @@ def _channel(case: _Case) -> Outcome | None:
 
 
 def _caught_in_child(case: _Case) -> Outcome | None:
-    found = case.result.last("cheat")
-    return _cheat(found["exploit"], found["detail"], case.result.stage) if found else None
+    found = case.result.read(Cheat)
+    return _cheat(found.exploit, found.detail, case.result.stage) if found else None
 
 
 def _ended(case: _Case) -> Outcome | None:
@@ -143,7 +144,7 @@ def _ended(case: _Case) -> Outcome | None:
 
 
 def _trials(case: _Case) -> Outcome | None:
-    report = case.result.last("trials")["trials"]
+    report = case.result.read(Trials).trials
     labels = [f"trial_{i}" for i in range(case.settings.trials)]
     if sorted(report) != sorted(labels):
         return _cheat("forged_messages", f"the trials message reports {sorted(report)}, not the trials run", "correctness")
@@ -151,7 +152,7 @@ def _trials(case: _Case) -> Outcome | None:
         return _cheat("forged_messages", f"outputs handed over for calls the harness never makes: {unexpected}", "correctness")
     for trial, label in enumerate(labels):
         entry = report[label]
-        if entry["inputs_changed"]:
+        if entry.inputs_changed:
             return _cheat("input_mutation", f"trial {trial}: forward() modified its inputs", "correctness")
         if found := case.judge_call(label, trial, f"trial {trial}"):
             return found
@@ -159,13 +160,13 @@ def _trials(case: _Case) -> Outcome | None:
 
 
 def _probe(case: _Case) -> Outcome | None:
-    probe = case.result.last("probe")
+    probe = case.result.read(Probe)
     if probe is None:
         return None
-    if probe["inputs_changed"]:
+    if probe.inputs_changed:
         return _cheat("input_mutation", "forward() modified its inputs during the leak check or timing", "timing")
     what = {"timed_rep": "a timed call", "timed_last": "the last timed call", "verify": "a call after new data was written into the same input tensors"}
-    for label in probe["outputs"]:
+    for label in probe.outputs:
         if found := case.judge_call(label, -1, f"{what[label]} (after the trials passed)"):
             return found
     return None
@@ -173,22 +174,22 @@ def _probe(case: _Case) -> Outcome | None:
 
 def _kernel(case: _Case) -> Outcome | None:
     """A compiled extension must run in every trial, and the reference problem's code in none."""
-    kernels, report = case.result.last("kernels") or {}, case.result.last("trials")["trials"]
-    if any(t["calls"]["reference"] for t in report.values()):
+    kernels, report = case.result.read(Kernels), case.result.read(Trials).trials
+    if any(t.calls.reference for t in report.values()):
         return _cheat("calls_reference", "forward() runs the reference problem's code (its Model) instead of a kernel", "correctness")
-    if not kernels.get("modules"):
+    if kernels is None or not kernels.modules:
         return _cheat("no_custom_kernel", "no compiled extension: the candidate built or loaded none with "
                                           "torch.utils.cpp_extension, so forward() runs only PyTorch ops", "correctness")
-    idle = sorted(label for label, t in report.items() if not t["calls"]["kernel"])
-    if idle and not kernels["unverifiable"]:
-        return _cheat("no_custom_kernel", f"forward() never called its compiled extension ({', '.join(kernels['modules'])}) "
+    idle = sorted(label for label, t in report.items() if not t.calls.kernel)
+    if idle and not kernels.unverifiable:
+        return _cheat("no_custom_kernel", f"forward() never called its compiled extension ({', '.join(kernels.modules)}) "
                                           f"in {', '.join(idle)}: the work is done by PyTorch ops", "correctness")
     return None
 
 
 def _leak(case: _Case) -> Outcome | None:
     """Memory that grew in both windows of calls, beyond noise: that is a leak, not a one-time cache."""
-    growth = case.result.last("leaks")["growth"]
+    growth = case.result.read(Leaks).growth
     leaked = {k: w[1] for k, w in growth.items() if min(w) > _LEAK_MIN_BYTES[k]}
     if not leaked:
         return None

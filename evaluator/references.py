@@ -18,6 +18,7 @@ import torch
 
 from evaluator.batch import Batch
 from evaluator.judge import Reference, ended_badly, timings
+from evaluator.protocol import Close, Compare
 from evaluator.sandbox import Child
 from reference_problems import Problem
 
@@ -110,8 +111,8 @@ class ReferenceServer:
             if self.failure or self.reference is None:
                 return {"error": f"kforge's comparer for '{self.problem.name}' is gone: {self.failure}", "comparer_died": True}
             since = len(self.child.result.messages)
-            self.child.send({"op": "compare", "label": label, "expected": expected, "trial": trial, "outputs": outputs,
-                             "path": str(path) if path else None})
+            self.child.send(Compare(label=label, expected=expected, trial=trial, outputs=outputs,
+                                    path=str(path) if path else None))
             answer = self.child.wait_for("compared", since)
             if answer is None:
                 self.close()
@@ -123,7 +124,7 @@ class ReferenceServer:
         if self.child is None:
             return
         if self.child.proc.poll() is None:
-            self.child.send({"op": "close"})
+            self.child.send(Close())
         self.child.finish()
 
 

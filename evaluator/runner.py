@@ -18,6 +18,7 @@ from evaluator.batch import Batch, build_key
 from evaluator.contracts import EvalSettings, Evidence, Status, Verdict
 from evaluator.hardware import device_name
 from evaluator.judge import HANDED_PROBES, Outcome, Reference, ended_badly, judge
+from evaluator.protocol import Ack
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
 from evaluator.sandbox import ChildResult
 from evaluator.trials import OUTPUT_SUFFIX
@@ -165,14 +166,14 @@ def _on_free_device(batch: Batch, run: Callable[[Take], T]) -> tuple[T, str | No
 def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: dict[str, dict]):
     """The candidate child's handoffs, answered: each call's outputs go to the problem's comparer, the answer
     is kept for the judge, and the child is told to go on. On CPU the raw-bytes file is removed once judged."""
-    def on_message(message: dict) -> dict | None:
+    def on_message(message: dict) -> Ack | None:
         if message.get("event") != "outputs":
             return None
         label = str(message.get("which"))
         expected = label if label.startswith("trial_") else HANDED_PROBES.get(label)
         path = prep.workdir / "out" / f"{label}{OUTPUT_SUFFIX}" if batch.settings.device == "cpu" else None
         if label in comparisons:
-            return {"ack": label}  # a repeated handoff: the channel check names it
+            return Ack(ack=label)  # a repeated handoff: the channel check names it
         if expected is None or expected not in server.reference.meta:
             comparisons[label] = {"error": f"outputs for {label!r}, a call the harness never makes"}
         else:
@@ -180,7 +181,7 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
             comparisons[label] = server.compare(label, expected, trial, message.get("outputs"), path)
         if path is not None:
             path.unlink(missing_ok=True)
-        return {"ack": label}
+        return Ack(ack=label)
     return on_message
 
 

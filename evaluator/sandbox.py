@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import resource
 import secrets
@@ -19,12 +20,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
-from evaluator.contracts import Limits
+from evaluator.contracts import EvaluatorError, Limits
+from evaluator.protocol import CANDIDATE_EVENTS, Message, Request, misfits
 
+_log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parent.parent
 # The only variables a candidate sees: what compilers and CUDA need to work.
 _KEEP_ENV = (
@@ -42,9 +45,7 @@ _GRACE_S = 2.0  # after SIGINT, before SIGKILL: torch's build removes its lock f
 _PR_SET_PDEATHSIG = 1
 _NOBODY = 65534
 _TOKEN_VAR = "KFORGE_CHILD_TOKEN"  # marks every process a child starts, so none can outlive it unnoticed
-# What the harness sends, and how often: each event once, except one `stage` per stage and one `timing` per kind.
-_EVENTS = {"env", "stage", "compiled", "kernels", "trials", "leaks", "timing", "probe", "memory", "done", "error", "cheat",
-           "outputs"}
+M = TypeVar("M", bound=Message)
 
 
 class ChildResult(BaseModel):
@@ -62,6 +63,15 @@ class ChildResult(BaseModel):
 
     def last(self, event: str) -> dict | None:
         return next((m for m in reversed(self.messages) if m.get("event") == event), None)
+
+    def read(self, kind: type[M]) -> M | None:
+        """The last message of a kind, as its protocol model. One that does not fit raises ValueError, on one
+        line: the harness never sends one, so the candidate wrote it."""
+        found = self.last(kind.model_fields["event"].default)
+        try:
+            return None if found is None else kind.model_validate(found)
+        except ValidationError as exc:
+            raise ValueError(f"{kind.__name__.lower()} message: {misfits(exc)}") from None
 
     def arrival(self, event: str, **match) -> float | None:
         """The parent's clock (time.monotonic) when the first matching message arrived."""
@@ -82,7 +92,7 @@ class ChildResult(BaseModel):
             event, key = m.get("event"), (m.get("event"), m.get("stage") or m.get("which"))
             if event == "garbled" and i < len(self.messages) - 1:  # a cut-off last line is a death, not a forgery
                 return f"a line that is not a harness message: {m.get('text', '')[:80]!r}"
-            if event not in _EVENTS | {"garbled"} or key in seen:
+            if event not in CANDIDATE_EVENTS | {"garbled"} or key in seen:
                 return f"an unexpected or repeated {event!r} message {m.get('stage') or m.get('which') or ''}".rstrip()
             seen.add(key)
         return ""
@@ -141,6 +151,19 @@ def probe_layers(scratch: Path) -> dict[str, str]:
         layers = json.loads(proc.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, OSError, ValueError, IndexError) as exc:
         return {"jail": f"off: the jail did not start ({type(exc).__name__})"}
+    return layers
+
+
+def require_layers(scratch: Path, mode: str) -> dict[str, str]:
+    """The layers a jailed child gets here (probe_layers). In strict mode a missing kernel-enforced layer is an
+    EvaluatorError, before any child runs; the uid layer is reported, not required (see child_identity)."""
+    layers = probe_layers(scratch)
+    missing = {k: v for k, v in layers.items() if k != "identity" and not v.startswith("on")}
+    if missing and mode == "strict":
+        raise EvaluatorError("sandbox layer(s) missing: " + "; ".join(f"{k} {v}" for k, v in missing.items())
+                             + " (KFORGE_SANDBOX=warn runs anyway and records it in every verdict)")
+    if missing:
+        _log.warning("running with sandbox layers missing: %s", missing)
     return layers
 
 
@@ -239,7 +262,7 @@ class Child:
     message and may return a line to send back (a candidate's handoff is answered that way)."""
 
     def __init__(self, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
-                 stop: threading.Event | None = None, on_message: Callable[[dict], dict | None] | None = None,
+                 stop: threading.Event | None = None, on_message: Callable[[dict], BaseModel | None] | None = None,
                  jail: dict | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
@@ -277,17 +300,18 @@ class Child:
         with self._arrived:
             self._arrived.notify_all()
 
-    def send(self, message: dict) -> None:
-        """One JSON line on the request pipe; a child that already died is reported by how it ended."""
+    def send(self, message: BaseModel) -> None:
+        """One line of the protocol (evaluator.protocol) on the request pipe; a child that already died is reported
+        by how it ended."""
         with self._lock, contextlib.suppress(BrokenPipeError, ValueError, OSError):
-            self._requests.write(json.dumps(message).encode() + b"\n")
+            self._requests.write(message.model_dump_json().encode() + b"\n")
             self._requests.flush()
 
-    def begin(self, request: dict, gate: Callable[[], str | None] | None = None) -> None:
+    def begin(self, request: Request, gate: Callable[[], str | None] | None = None) -> None:
         """The request goes out, and the child's clock starts, once the gate (if any) gives a device -- the child's
         interpreter and torch load meanwhile, seconds. The device comes with the request (the child pins itself)."""
         gpu = gate() if gate else None
-        self.send(request | {"gpu": gpu})
+        self.send(request.model_copy(update={"gpu": gpu}))
         self.result.started = time.monotonic()
 
     def wait_for(self, event: str, since: int = 0, timeout_s: float | None = None) -> dict | None:

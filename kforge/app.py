@@ -98,7 +98,13 @@ def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline
         raise UserError(f"--device must be cpu or cuda, not '{device}'")
     size = resolve_size(size, device)
     limits = Limits(**{k: v for k, v in (("timeout_s", cfg.timeout_s), ("memory_mb", cfg.memory_mb)) if v is not None})
-    if cfg.sandbox not in ("strict", "warn"):
-        raise UserError(f"KFORGE_SANDBOX must be strict or warn, not '{cfg.sandbox}'")
     return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root,
-                        compile_baseline=compile_baseline, gpus=gpus.split(",") if gpus else None, sandbox=cfg.sandbox)
+                        compile_baseline=compile_baseline, gpus=gpus.split(",") if gpus else None, sandbox=sandbox_mode())
+
+
+def sandbox_mode() -> str:
+    """KFORGE_SANDBOX, for every command that starts evaluator children (judging, and the report's introspection)."""
+    mode = Settings().sandbox
+    if mode not in ("strict", "warn"):
+        raise UserError(f"KFORGE_SANDBOX must be strict or warn, not '{mode}'")
+    return mode

@@ -289,11 +289,11 @@ def _candidates(db: Database, runs: list[EvaluationRow], cost: dict[str, Cost]) 
 # -- output --------------------------------------------------------------------------------------
 
 
-def write_report(db: Database, out_dir: Path) -> Path:
+def write_report(db: Database, out_dir: Path, sandbox: str = "strict") -> Path:
     """Renders the report into out_dir (created; files of an earlier report are overwritten) and
-    returns the path of its index.html."""
+    returns the path of its index.html. `sandbox` is the mode the problems' introspection children run under."""
     runs = db.evaluations()
-    cost = costs(_problem_files(db.problems()))
+    cost = costs(_problem_files(db.problems()), sandbox)
     candidates = _candidates(db, runs, cost)
     env, stamp = _environment(), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     out_dir = Path(out_dir)

@@ -1,0 +1,288 @@
+"""The parent <-> child protocol, typed: the request a child gets, the parent's later lines to it, and the messages
+it sends back. One JSON object per line on each pipe.
+
+Both sides use these models. The parent builds and serializes them. A child validates its request before anything
+else runs, so a malformed request is one clear error, not a KeyError deep in a stage. The parent reads the messages
+the judge relies on through them: the channel is writable by candidate code, so a message that does not fit its model
+was forged, and the judge says so rather than crash. Only pydantic is imported here: a child pays nothing extra
+to start, and the parent needs no torch to speak the protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+
+class _Line(BaseModel):
+    """Lines kforge writes itself: a field it does not know is a bug on one side, caught at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- parent -> child: the request -------------------------------------------------------------------------------
+
+
+class TimingRequest(_Line):
+    enabled: bool
+    warmup_ms: float
+    rep_ms: float
+    min_reps: int
+    max_reps: int
+    rel_ci: float | None
+
+
+class _RunRequest(_Line):
+    """What every child that loads a problem at its evaluation size gets."""
+
+    problem_path: str
+    device: Literal["cpu", "cuda"]
+    overrides: dict[str, Any] = Field(default_factory=dict)  # module globals of the small size
+    init_seed: int
+    atol: float
+    rtol: float
+    out_dir: str
+    leak_calls: int
+    compile_baseline: bool
+    cpu_threads: int
+    timing: TimingRequest
+    gpu: str | None = None  # added when the request goes out: the device the child pins itself to
+
+
+class CompileRequest(_RunRequest):
+    """Import the candidate, which builds it. No seeds: a compile child could stash them for the candidate child."""
+
+    role: Literal["compile"] = "compile"
+    candidate_path: str
+
+
+class _SeededRequest(_RunRequest):
+    """The secret seeds of the batch's calls, for the children that run the model."""
+
+    seeds: list[tuple[str, int]]
+    timing_seed: int
+    verify_seed: int
+    probe_fraction: float  # which timed rep gets its output checked
+
+
+class CandidateRequest(_SeededRequest):
+    role: Literal["candidate"] = "candidate"
+    candidate_path: str
+
+
+class ReferenceRequest(_SeededRequest):
+    role: Literal["reference"] = "reference"
+    resident_bytes: int  # expected outputs the comparer keeps on the device; the rest are recomputed
+    audit: bool = False  # run the trivial answers against the problem's check once ready
+
+
+class IntrospectRequest(_Line):
+    """Measure problem files at their own (full) size on torch's meta device: shapes only, no data, no compute."""
+
+    role: Literal["introspect"] = "introspect"
+    problem_paths: list[str]
+    gpu: str | None = None
+
+
+Request = Annotated[Union[CompileRequest, CandidateRequest, ReferenceRequest, IntrospectRequest], Field(discriminator="role")]
+_REQUEST: TypeAdapter[Request] = TypeAdapter(Request)
+
+
+class MalformedRequest(ValueError):
+    """The request line does not fit the protocol: kforge's own bug (or a parent of another version)."""
+
+
+def misfits(exc: ValidationError) -> str:
+    """What does not fit, on one line (a cause is one line): `field.path: why; ...`."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'line'}: {e['msg']}" for e in exc.errors()[:5])
+
+
+def read_request(line: bytes) -> Request:
+    """The child's first act: its request, validated, or MalformedRequest naming what is wrong."""
+    try:
+        return _REQUEST.validate_json(line)
+    except ValidationError as exc:
+        raise MalformedRequest(f"malformed request from kforge: {misfits(exc)}") from None
+
+
+# -- parent -> child: later lines --------------------------------------------------------------------------------
+
+
+class Ack(_Line):
+    """To a candidate child: the outputs it handed over are judged, it may go on."""
+
+    ack: str
+
+
+class Compare(_Line):
+    """To a comparer: judge one handed-over call against the expected outputs of `expected`."""
+
+    op: Literal["compare"] = "compare"
+    label: str
+    expected: str
+    trial: int
+    outputs: Any  # the candidate's descriptions as it handed them over, unchecked: the comparer reads them warily
+    path: str | None = None  # CPU runs: the raw-bytes file of the outputs
+
+
+class Audit(_Line):
+    op: Literal["audit"] = "audit"
+
+
+class Close(_Line):
+    op: Literal["close"] = "close"
+
+
+ComparerOp = Annotated[Union[Compare, Audit, Close], Field(discriminator="op")]
+COMPARER_OP: TypeAdapter[ComparerOp] = TypeAdapter(ComparerOp)
+
+
+# -- child -> parent: the messages -------------------------------------------------------------------------------
+
+
+class Message(BaseModel):
+    """A message of the child. The parent stamps each with its own clock on arrival (`_t`): extra keys pass."""
+
+    event: str
+
+
+class Env(Message):
+    event: Literal["env"] = "env"
+    device_name: str
+    torch_version: str
+    cuda_version: str | None
+    confined: bool
+    sandbox: dict[str, str]
+
+
+class Stage(Message):
+    event: Literal["stage"] = "stage"
+    stage: str
+
+
+class Compiled(Message):
+    event: Literal["compiled"] = "compiled"
+    seconds: float
+    cache_hit: bool
+    steps: dict[str, float]
+
+
+class Kernels(Message):
+    """Which compiled extensions the candidate loaded (evaluator.extensions.KernelReport)."""
+
+    event: Literal["kernels"] = "kernels"
+    modules: list[str]
+    unverifiable: list[str]
+
+
+class Calls(BaseModel):
+    kernel: int
+    reference: int
+
+
+class TrialReport(BaseModel):
+    """One call of the trials. The judge needs `inputs_changed` and `calls` of a candidate's; the outputs' descriptions
+    and the sizes are the reference's (a candidate's outputs are judged from what it hands over)."""
+
+    inputs_changed: bool
+    calls: Calls | None  # None where no kernel watch runs (the reference)
+    outputs: list[dict[str, Any]] = Field(default_factory=list)
+    max_input_numel: int = 0
+    io_bytes: int = 0
+
+
+class Trials(Message):
+    event: Literal["trials"] = "trials"
+    trials: dict[str, TrialReport]
+
+
+class Leaks(Message):
+    event: Literal["leaks"] = "leaks"
+    growth: dict[str, tuple[int, int]]  # key -> growth over the two windows of calls
+
+
+class Timing(Message):
+    event: Literal["timing"] = "timing"
+    which: str  # model, compiled
+    samples: list[float]
+
+
+class Probe(Message):
+    event: Literal["probe"] = "probe"
+    outputs: dict[str, list[dict[str, Any]]]  # label -> descriptions of a timed call's (or the verify call's) outputs
+    inputs_changed: bool
+
+
+class Memory(Message):
+    event: Literal["memory"] = "memory"
+    peak_cuda_allocated: int
+    host_rss: int
+
+
+class Outputs(Message):
+    """A candidate hands one call's outputs over (and waits for an Ack)."""
+
+    event: Literal["outputs"] = "outputs"
+    which: str
+    outputs: list[dict[str, Any]]
+
+
+class Done(Message):
+    event: Literal["done"] = "done"
+
+
+class Error(Message):
+    event: Literal["error"] = "error"
+    exc_type: str
+    message: str
+    traceback: str
+
+
+class Cheat(Message):
+    """What the child itself caught (the guard saw the harness tampered with)."""
+
+    event: Literal["cheat"] = "cheat"
+    exploit: str
+    detail: str
+
+
+class Ready(Message):
+    """The reference ran: it now serves as the problem's comparer."""
+
+    event: Literal["ready"] = "ready"
+    footprint: int
+    audit: list[dict[str, Any]]
+
+
+class Compared(Message):
+    """The comparer's answer on one call: the comparison, or an error if it could not read the outputs."""
+
+    event: Literal["compared"] = "compared"
+    which: str
+    error: str = ""
+    mismatch: dict[str, Any] | None = None
+    max_abs_err: float = 0.0
+    tolerance_used: float = 0.0
+    stale: str = ""  # the other call whose expected output this one matches
+
+
+class Audited(Message):
+    event: Literal["audited"] = "audited"
+    findings: list[dict[str, Any]]
+
+
+class Measured(Message):
+    """An introspect child's answer on one problem file: its cost at full size, or why it could not be measured."""
+
+    event: Literal["measured"] = "measured"
+    which: str  # the problem file's path, as requested
+    bytes_moved: int | None = None
+    flops: int | None = None
+    error: str = ""
+
+
+# What a candidate child sends, and how often: each event once, except one `stage` per stage and one `timing` per
+# kind. Anything else on its channel was written by the candidate.
+CANDIDATE_EVENTS = frozenset(m.model_fields["event"].default for m in (
+    Env, Stage, Compiled, Kernels, Trials, Leaks, Timing, Probe, Memory, Done, Error, Cheat, Outputs))
