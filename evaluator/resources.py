@@ -4,12 +4,12 @@ virtual ranges).
 
 Which kind, the first that works on this machine (probed once per process; `kforge doctor` and every verdict's
 `evidence.sandbox["resources"]` say which, or why none):
-- cgroup v2 with the memory and pids controllers (the GPU hosts, as root; or a delegated subtree, e.g. kforge
-  started by `systemd-run --user --scope -p Delegate=yes`): a cgroup per child with pids.max, memory.max,
-  memory.swap.max 0 and memory.oom_group 1 (the OOM killer ends the whole child, not one of its compilers); what
-  is left when the child ends is killed at once through cgroup.kill. kforge's own cgroup must hold no other
-  process (a cgroup with processes cannot give controllers to its children), so kforge first moves itself into a
-  leaf of its own.
+- cgroup v2 with the memory and pids controllers: a cgroup per child with pids.max, memory.max, memory.swap.max
+  0 and memory.oom_group 1 (the OOM killer ends the whole child, not one of its compilers); what is left when the
+  child ends is killed at once through cgroup.kill. As root (the GPU hosts) kforge's children live below the
+  root cgroup, which may hold processes; otherwise below kforge's own cgroup, which then must hold no other
+  process (a cgroup with processes gives no controllers to its children; e.g. kforge started by
+  `systemd-run --user --scope -p Delegate=yes`), and kforge first moves itself into a leaf of it.
 - cgroup v1 with writable pids and memory hierarchies (the CPU machines): a cgroup in each, pids.max and
   memory.limit_in_bytes (and memsw, where swap is accounted); what is left is killed pid by pid.
 - none: the layer is off and says why. RLIMIT_NPROC is not a substitute: it does not bind root, and it counts
@@ -61,23 +61,34 @@ def _mount(fstype: str, option: str = "") -> Path:
 
 
 def _v2_base() -> Path:
-    """A cgroup v2 dir whose children may get memory and pids: kforge's own cgroup, after kforge moved itself into
-    a leaf of it (allowed only when kforge is alone there, or it is the root)."""
+    """A cgroup v2 dir whose children may get memory and pids, under the root cgroup (as root: the root is exempt
+    from the rule that a cgroup with processes gives no controllers to its children) or else under kforge's own."""
     mount = _mount("cgroup2")
     own = mount / _own_cgroup("").lstrip("/")
-    missing = set(_CONTROLLERS) - set((own / "cgroup.controllers").read_text().split())
+    reasons = []
+    for parent in dict.fromkeys([mount, own]):
+        try:
+            return _v2_under(parent, is_root=parent == mount)
+        except OSError as exc:
+            reasons.append(f"{parent}: {exc.strerror or exc}")
+    raise OSError(0, "; ".join(reasons))
+
+
+def _v2_under(parent: Path, is_root: bool) -> Path:
+    """kforge's dir for its children below `parent`. Below a cgroup other than the root, kforge must be alone in
+    it, and first moves itself into a leaf of its own."""
+    missing = set(_CONTROLLERS) - set((parent / "cgroup.controllers").read_text().split())
     if missing:
-        raise OSError(0, f"cgroup v2 at {own} lacks the {', '.join(sorted(missing))} controller(s)")
-    others = {int(p) for p in (own / "cgroup.procs").read_text().split()} - {os.getpid()}
-    if others and own != mount:
-        raise OSError(0, f"{own} holds other processes; start kforge in a cgroup of its own "
-                         "(systemd-run --scope -p Delegate=yes)")
-    if own != mount:
-        leaf = own / "kforge-parent"
+        raise OSError(0, f"lacks the {', '.join(sorted(missing))} controller(s)")
+    if not is_root:
+        if {int(p) for p in (parent / "cgroup.procs").read_text().split()} - {os.getpid()}:
+            raise OSError(0, "holds other processes; start kforge in a cgroup of its own "
+                             "(systemd-run --scope -p Delegate=yes)")
+        leaf = parent / "kforge-parent"
         leaf.mkdir(exist_ok=True)
         (leaf / "cgroup.procs").write_text(str(os.getpid()))
-    (own / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in _CONTROLLERS))
-    base = own / f"kforge-{os.getpid()}"
+    (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in _CONTROLLERS))
+    base = parent / f"kforge-{os.getpid()}"
     base.mkdir(exist_ok=True)
     (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in _CONTROLLERS))
     return base

@@ -305,7 +305,8 @@ def test_as_root_the_child_becomes_nobody_and_a_root_only_file_stays_closed_wher
         shutil.rmtree(tmp_path)
 
 
-VICTIM = COMPILED_RELU.replace("kforge_survival_relu", "kforge_cache_victim").replace('    extra_cflags=["-O3"],\n', "")
+# its own build, without a precompiled header (an -I flag makes it ineligible): one plain compile
+VICTIM = COMPILED_RELU.replace("kforge_survival_relu", "kforge_cache_victim").replace('extra_cflags=["-O3"]', 'extra_cflags=["-I."]')
 
 CACHE_ATTACKER = '''
 import glob, os, threading
@@ -382,6 +383,9 @@ def test_a_compile_stage_candidate_cannot_write_the_build_cache(adversarial_buil
     assert first.status is Status.CORRECT, first.evidence.cause
     victim_dir = root / build_key(VICTIM, "cpu")
     assert any(victim_dir.rglob("*.so")) and victim_dir.stat().st_uid == os.geteuid()  # published by the parent
+    gch = root / "pch" / "victim-variant" / "torch" / "extension.h.gch"  # as the parent publishes one
+    gch.parent.mkdir(parents=True, exist_ok=True)
+    gch.write_bytes(b"a precompiled header")
     before = _digests(root)
 
     attacker = tmp_path / "cache_attacker.py"
