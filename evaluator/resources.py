@@ -117,6 +117,7 @@ def layout() -> _Layout:
             continue
         if version == 2:
             atexit.register(_rmdir, where.bases["unified"])
+        _sweep(where)
         return where
     return _Layout(0, why="off: no cgroup kforge can write (" + "; ".join(reasons) + "); processes are bounded only "
                           "by the PID namespace and the wall budget, memory by the RSS watch (and RLIMIT_AS on CPU)")
@@ -179,6 +180,19 @@ class Cgroup:
             if not pids and all(_rmdir(x) for x in self.dirs.values()):
                 return
             time.sleep(0.025)
+
+
+def _sweep(where: _Layout) -> None:
+    """Remove the empty cgroups a kforge that was killed (SIGKILL: no cleanup ran) left behind."""
+    dead = lambda d: not Path(f"/proc/{d.name.split('-')[1]}").exists()  # noqa: E731 - child-PID-N, kforge-PID
+    for base in where.bases.values():
+        tops = [base] if where.version == 1 else [d for d in base.parent.glob("kforge-[0-9]*") if d == base or dead(d)]
+        for top in tops:
+            for d in top.glob("child-[0-9]*-[0-9]*"):
+                if dead(d):
+                    _rmdir(d)
+            if top != base:
+                _rmdir(top)
 
 
 def _pids(d: Path) -> list[int]:
