@@ -77,11 +77,11 @@ class Batch:
 
     def tool(self, scratch: Path) -> buildcache.Tool:
         """Runs a compiler in the jail, writing only `scratch` and reading the precompiled headers' folder (the
-        header it compiles is linked there)."""
+        header it compiles is linked there); stopped with the batch."""
         scratch.mkdir(parents=True, exist_ok=True)
         spec = jail_spec([scratch], [self.build_root / "pch"])
         limits = Limits(timeout_s=precompiled.BUILD_TIMEOUT_S)
-        return lambda cmd, log: run_tool(cmd, scratch, spec, limits, log)
+        return lambda cmd, log: run_tool(cmd, scratch, spec, limits, log, self.stop)
 
     def reference_seeds(self) -> list[tuple[str, int]]:
         """The reference computes every output a candidate is checked against: its trials, timed and verify calls."""

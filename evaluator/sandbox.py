@@ -205,10 +205,10 @@ def _prepare_child(limits: Limits, cap_address_space: bool) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
-def run_tool(cmd: list[str], workdir: Path, spec: dict, limits: Limits, log: Path) -> int | None:
+def run_tool(cmd: list[str], workdir: Path, spec: dict, limits: Limits, log: Path, stop: threading.Event) -> int | None:
     """A program kforge trusts (the compiler of a precompiled header) run on input a candidate chose (flags read
     from its source): in the jail and under the children's seccomp filter, writing only `workdir`. Its exit
-    status, or None when it ran out of time (it is killed, and its namespace with it)."""
+    status, or None when it ran out of time or the batch was stopped (it is killed, and its namespace with it)."""
     confined = [sys.executable, str(ROOT / "evaluator" / "confine.py"), *cmd]
     group, said = resources.for_child(limits.processes, limits.memory_mb)
     with open(log, "ab") as out:
@@ -216,10 +216,14 @@ def run_tool(cmd: list[str], workdir: Path, spec: dict, limits: Limits, log: Pat
                                 env=scrubbed_env(workdir, workdir, secrets.token_hex(16)), stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=lambda: _prepare_child(limits, cap_address_space=False))
+    deadline = time.monotonic() + limits.timeout_s
     try:
-        return proc.wait(timeout=limits.timeout_s)
-    except subprocess.TimeoutExpired:
-        return None
+        while proc.poll() is None:
+            if stop.is_set() or time.monotonic() > deadline:
+                return None
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=_MEMORY_POLL_S)
+        return proc.returncode
     finally:
         _signal_group(proc, signal.SIGKILL)
         proc.wait()
