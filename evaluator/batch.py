@@ -16,10 +16,11 @@ from typing import Callable
 
 import torch
 
-from evaluator.contracts import EvalSettings, EvaluatorError
+from evaluator import buildcache, precompiled
+from evaluator.contracts import EvalSettings, EvaluatorError, Limits
 from evaluator.hardware import visible_gpus
 from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
-from evaluator.sandbox import Child, ChildResult, jail_spec, require_layers
+from evaluator.sandbox import Child, ChildResult, jail_spec, require_layers, run_tool
 from reference_problems import Problem
 
 DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
@@ -55,16 +56,27 @@ class Batch:
             shutil.rmtree(self.root, ignore_errors=True)
             raise
 
-    def jail(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None) -> dict:
-        """The file rules of one child: its scratch and build dirs (and the shared precompiled headers, which a
-        compile child builds) writable; its problem and candidate files readable. A reference child, the comparer,
-        also reads the batch's scratch (on CPU the candidates' outputs arrive there as files) and, on CUDA, stays in
-        kforge's PID namespace: legacy CUDA IPC handles are reported not to open between sibling PID namespaces,
-        while one from a namespaced producer opened in a process outside them on the H100 host (issue 17)."""
-        pch = self.build_root / "pch"
-        pch.mkdir(parents=True, exist_ok=True)
-        readable = [problem.path, candidate.resolve()] if candidate else [problem.path, self.root]
-        return jail_spec([workdir, build_dir, pch], readable, namespaces=bool(candidate) or self.settings.device != "cuda")
+    def jail(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
+             publish: bool = False) -> dict:
+        """The file rules of one child: its scratch writable; its problem and candidate files readable. A child
+        of a candidate sees the build cache through its view (buildcache.py): it writes only its own build dir
+        there, which the parent publishes from a compile child (`publish`), and reads the precompiled headers.
+        A reference child, the comparer, builds nothing; it reads the batch's scratch (on CPU the candidates'
+        outputs arrive there as files) and, on CUDA, stays in kforge's PID namespace: legacy CUDA IPC handles are
+        reported not to open between sibling PID namespaces, while one from a namespaced producer opened in a
+        process outside them on the H100 host (issue 17)."""
+        if candidate is None:
+            return jail_spec([workdir, build_dir], [problem.path, self.root], namespaces=self.settings.device != "cuda")
+        view = buildcache.view(self.build_root, build_dir, workdir, keep=publish)
+        return jail_spec([workdir], [problem.path, candidate.resolve(), self.build_root / "pch"], view=view)
+
+    def tool(self, scratch: Path) -> buildcache.Tool:
+        """Runs a compiler in the jail, writing only `scratch` and reading the precompiled headers' folder (the
+        header it compiles is linked there); stopped with the batch."""
+        scratch.mkdir(parents=True, exist_ok=True)
+        spec = jail_spec([scratch], [self.build_root / "pch"])
+        limits = Limits(timeout_s=precompiled.BUILD_TIMEOUT_S)
+        return lambda cmd, log: run_tool(cmd, scratch, spec, limits, log, self.stop)
 
     def reference_seeds(self) -> list[tuple[str, int]]:
         """The reference computes every output a candidate is checked against: its trials, timed and verify calls."""
@@ -96,15 +108,15 @@ class Batch:
         )
 
     def spawn(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
-              on_message: Callable[[dict], dict | None] | None = None) -> Child:
+              on_message: Callable[[dict], dict | None] | None = None, publish: bool = False) -> Child:
         """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request."""
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu",
-                     stop=self.stop, on_message=on_message, jail=self.jail(workdir, build_dir, problem, candidate))
+                     stop=self.stop, on_message=on_message, jail=self.jail(workdir, build_dir, problem, candidate, publish))
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
             gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:
         """A child from start to end: spawned, its request sent once the gate (if any) opens, waited for."""
-        child = self.spawn(workdir, build_dir, problem, candidate)
+        child = self.spawn(workdir, build_dir, problem, candidate, publish=role == "compile")
         try:
             child.begin(self.request(role, problem, workdir / "out", candidate, **extra), gate=gate)
         except BaseException:

@@ -190,9 +190,6 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
     watch.install()
     judge = guard.Guard(guard.harness_modules())
     chan.send(Stage(stage="compile"))
-    if req.role == "compile":
-        headers.prepare(candidate)  # before any candidate code runs
-        print("kforge: precompiled headers:", "; ".join(headers.log) or "none wanted", flush=True)
     module, seconds, cached = loading.load_candidate(candidate, build_dir)
     chan.send(Compiled(seconds=seconds, cache_hit=cached, steps={} if cached else loading.build_steps(build_dir)))
     if isinstance(req, CandidateRequest):

@@ -33,8 +33,9 @@ class Limits(BaseModel):
     """Resource limits for one candidate child process."""
 
     timeout_s: float = 900.0
-    memory_mb: int = 16_384  # host RSS (and address space on CPU runs)
+    memory_mb: int = 16_384  # the child's cgroup memory limit, host RSS watch (and address space on CPU runs)
     file_size_mb: int = 16_384  # largest file a child may write (RLIMIT_FSIZE): a disk-filling candidate fails early
+    processes: int = 4096  # tasks (threads count) in one child's cgroup: a fork bomb is refused (evaluator/resources.py)
 
 
 class EvalSettings(BaseModel):

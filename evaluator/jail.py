@@ -10,9 +10,15 @@ Layers, each enforced by the kernel and each reported (a missing one is named, n
 - landlock: reads only where Python, torch, compilers and CUDA live plus the child's own files; writes only its
   scratch and build dirs (and a few device files); no TCP bind/connect; no abstract unix socket or signal
   outside the jail.
+- cache: the build cache is seen through a private overlay (the cache is its lower layer, a folder of the child's
+  own its upper one): the child writes only its own build dir in it, and what it writes never reaches the cache.
+  The trusted parent publishes a compile child's upper layer after it ended well; a candidate child's is a tmpfs
+  that dies with it. Precompiled headers (pch/) are read-only.
 - identity: when kforge runs as root and everything the child reads is reachable by another uid, the child runs
   as that uid (nobody, 65534): root-owned files stay closed even where a path rule were missed. Its writable
   dirs are handed to that uid first.
+- resources: before anything else the jail joins the child's cgroup(s) (made by evaluator/resources.py with a
+  process count and a memory limit), so everything the child starts is counted in them.
 The outer process (this module's parent half) waits for the child, passes SIGINT/SIGTERM on, and dies with kforge
 (parent-death signal); the child gets SIGKILL when it dies, so nothing outlives kforge.
 """
@@ -30,6 +36,7 @@ from landlockpy import AccessFS, AccessNet, Scope
 
 _CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWUSER = 0x00020000, 0x20000000, 0x10000000
 _MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x4000, 1 << 18, 2, 4, 8
+_SCRATCH_VIEW_SIZE = "4g"  # a candidate child's writes to its build dir (a rebuild, torch's lock): RAM, gone with it
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
 _LAST_CAP = 63
 
@@ -61,6 +68,47 @@ def _mount_proc() -> None:
     _check(libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None), "mount /proc")
 
 
+def _mount(source: str, target: str, fstype: str, options: str) -> None:
+    _check(_libc().mount(source.encode(), target.encode(), fstype.encode(), _MS_NOSUID | _MS_NODEV,
+                         options.encode()), f"mount {fstype} on {target}")
+
+
+def _cache_view(spec: dict) -> str:
+    """The build cache as this child sees it: an overlay whose lower layer is the cache and whose upper layer is
+    the view folder (kept on disk for a compile child, whose build the parent publishes; a tmpfs otherwise), so
+    nothing the child writes under the cache root reaches the cache. Its own build dir is made in the view."""
+    view = spec["view"]
+    upper, work = os.path.join(view["dir"], "upper"), os.path.join(view["dir"], "work")
+    if any(c in p for p in (view["root"], view["dir"]) for c in ",:\\ \n"):
+        raise OSError(0, "a path of the cache or the view holds a character overlay options cannot carry")
+    if not view["keep"]:
+        _mount("tmpfs", view["dir"], "tmpfs", f"size={_SCRATCH_VIEW_SIZE},mode=0700")
+    os.makedirs(upper, exist_ok=True)
+    os.makedirs(work, exist_ok=True)
+    userxattr = ",userxattr" if spec.get("user_namespace") else ""
+    _mount("overlay", view["root"], "overlay", f"lowerdir={view['root']},upperdir={upper},workdir={work}{userxattr}")
+    return "on (private overlay; the parent publishes)"
+
+
+def _own_build_dir(spec: dict, why_not: str = "") -> str:
+    """Mount the cache view, unless there is no private mount namespace to mount it in (`why_not`), or say why it
+    failed: the child then writes its own build dir in the cache itself. Then make the child's build dir and
+    hand it to the child uid."""
+    view = spec.get("view")
+    if view is None:
+        return "on (no build cache in this child)"
+    try:
+        if why_not:
+            raise OSError(0, why_not)
+        said = _cache_view(spec)
+    except OSError as exc:
+        said = f"off: {exc.strerror}; the child writes its own build dir in the cache"
+    os.makedirs(view["own"], exist_ok=True)
+    if "uid" in spec["identity"]:
+        _chown_tree(view["own"], spec["identity"])
+    return said
+
+
 def _drop_capabilities() -> None:
     libc = _libc()
     for cap in range(_LAST_CAP + 1):
@@ -70,10 +118,13 @@ def _drop_capabilities() -> None:
 
 def _hand_over(spec: dict) -> None:
     """Root's half: the child's writable dirs (and what earlier children left in them) become the child uid's."""
-    user = spec["identity"]
     for top in spec["write"]:
-        for path in [top, *(os.path.join(d, n) for d, dirs, files in os.walk(top) for n in dirs + files)]:
-            os.lchown(path, user["uid"], user["gid"])
+        _chown_tree(top, spec["identity"])
+
+
+def _chown_tree(top: str, user: dict) -> None:
+    for path in [top, *(os.path.join(d, n) for d, dirs, files in os.walk(top) for n in dirs + files)]:
+        os.lchown(path, user["uid"], user["gid"])
 
 
 def _become(spec: dict) -> str:
@@ -100,7 +151,7 @@ def _landlock(spec: dict) -> str:
                 rules.allow_path(path, _READ if os.path.isdir(path) else _READ & ~AccessFS.READ_DIR)
         for path in spec.get("list", []):  # names only (/dev: its files are raw disks, memory, other users' shm)
             rules.allow_path(path, AccessFS.READ_DIR)
-        for path in spec["write"]:
+        for path in [*spec["write"], *([spec["view"]["own"]] if spec.get("view") else [])]:
             rules.allow_path(path, _WRITE)
         rules.allow_path(os.path.realpath("/proc/self"), _OWN_PROC)
         for path in [*_DEVICES, *(os.path.join("/dev", n) for n in _list("/dev") if n.startswith("nvidia"))]:
@@ -126,11 +177,12 @@ def _inside(spec: dict, cmd: list[str]) -> None:
         layers["proc"] = "on"
     except OSError as exc:
         layers["proc"] = f"off: {exc}"
+    layers["cache"] = _own_build_dir(spec, why_not="" if layers["proc"] == "on" else "no private mounts")
     _drop_capabilities()
     layers["caps"] = "on"
     layers["landlock"] = _landlock(spec)
     layers["identity"] = _become(spec)
-    os.environ["KFORGE_JAIL"] = json.dumps(layers | {"pid": "on"})
+    os.environ["KFORGE_JAIL"] = json.dumps(layers | {"pid": "on", "resources": spec["resources"]})
     os.execvpe(cmd[0], cmd, os.environ)
 
 
@@ -152,8 +204,9 @@ def _forward(pid: int):
 
 def _exec_here(spec: dict, cmd: list[str], why: str) -> None:
     """Without namespaces (the CUDA comparer, or a kernel that refuses them): the other walls, then the child."""
+    layers = {"pid": why, "proc": why, "cache": _own_build_dir(spec, why_not=why.removeprefix("off: "))}
     _drop_capabilities()
-    layers = {"pid": why, "proc": why, "caps": "on", "landlock": _landlock(spec)}
+    layers |= {"caps": "on", "landlock": _landlock(spec), "resources": spec["resources"]}
     os.environ["KFORGE_JAIL"] = json.dumps(layers | {"identity": _become(spec)})
     os.execvpe(cmd[0], cmd, os.environ)
 
@@ -169,8 +222,21 @@ def _own_user_namespace() -> None:
             fh.write(text)
 
 
+def _join_cgroups(spec: dict) -> str:
+    """This process (and so all it starts) into the child's cgroups: what the resources layer says."""
+    group = spec.get("cgroup") or {"procs": [], "said": "off: no cgroup was made for this child"}
+    try:
+        for procs in group["procs"]:
+            with open(procs, "w") as fh:
+                fh.write("0")
+    except OSError as exc:
+        return f"off: could not join the child's cgroup: {exc}"
+    return group["said"]
+
+
 def main() -> None:
     spec, cmd = json.loads(sys.argv[1]), sys.argv[3:]
+    spec["resources"] = _join_cgroups(spec)
     libc = _libc()
     if "uid" in spec["identity"]:
         _hand_over(spec)
@@ -179,6 +245,7 @@ def main() -> None:
     if os.geteuid() != 0:
         try:
             _own_user_namespace()
+            spec["user_namespace"] = True  # an overlay mounted in it keeps its own attributes in user.* xattrs
         except OSError:
             pass  # the unshare below fails and says so
     if libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS) != 0:

@@ -11,37 +11,34 @@ torch's `-isystem` ones, and extra_cflags reach only the host C++ compile (never
   exact flags torch puts on the main.cpp compile (read from the build.ninja torch writes), except
   `-DTORCH_EXTENSION_NAME=...`, which torch's headers never read. Every flag set gets its own .gch, built
   with exactly those flags, so the precompiled state is what the header would have produced.
-- The compile child builds the .gch before it imports the candidate (`Headers.prepare`), for the flag sets
-  it reads statically from the candidate's load_inline calls; the build writes a temporary file and
-  os.replace()s it in, under a non-blocking flock, so parallel compile children never see half a .gch,
-  never build it twice and never delete one (a child that finds the lock taken compiles without).
+- The .gch is built before the compile child starts, for the flag sets read statically from the candidate's
+  load_inline calls, by a jailed compiler of its own, and published by the parent (evaluator/buildcache.py):
+  pch/ is read-only to every child. The parent os.replace()s it in under a non-blocking flock, so parallel
+  compiles never see half a .gch, never build it twice and never delete one (one that finds the lock taken
+  compiles without).
 - `Headers.install` wraps load_inline/load in the compile and candidate children alike, so both write the
-  same build.ninja: a changed command line would make ninja rebuild in the candidate child.
+  same build.ninja: a changed command line would make ninja rebuild in the candidate child. The flag is added
+  whether or not the .gch exists yet (gcc skips a missing -I directory), so it never depends on timing.
 - What makes a candidate's compile differ from a plain one is only the extra `-I`: that directory's
   torch/extension.h is torch's header, and the .gch is used only if gcc accepts it.
 
-Costs: a .gch is ~0.8 GB and takes about as long to build as one plain compile; at most MAX_VARIANTS flag
-sets get one per build root. GCC does not store template instantiation or code generation in a .gch: with
+Costs: a .gch is ~0.8 GB and takes about as long to build as one plain compile; at most
+buildcache.MAX_VARIANTS flag sets get one per build root. GCC does not store template instantiation or code generation in a .gch: with
 torch 2.13 and gcc 12 a TU that includes torch/extension.h still spends ~25 s of CPU in them at -O3.
 """
 
 from __future__ import annotations
 
 import ast
-import errno
-import fcntl
 import hashlib
 import inspect
 import json
 import os
 import re
-import resource
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from functools import lru_cache, wraps
 from pathlib import Path
@@ -50,16 +47,11 @@ import torch
 import torch.utils.cpp_extension as cpp_extension
 
 HEADER = "torch/extension.h"
-MAX_VARIANTS = 6  # .gch files kept per build root (~0.8 GB each)
-MAX_BUILDS_PER_CHILD = 2
-BUILD_TIMEOUT_S = 150.0  # ~70 s of CPU on the 2-core box; the compile child's own timeout (900 s) covers it too
-MAX_ATTEMPTS = 2  # builds that were killed or timed out, per variant, before kforge stops trying
-MIN_FREE_BYTES = 4 << 30  # leave room for the .gch (and the builds) on the build root's disk
-MIN_FILE_SIZE_LIMIT = 2 << 30  # RLIMIT_FSIZE below this (a test's disk-filling limit) would kill the build
+BUILD_TIMEOUT_S = 900.0  # ~70 s of CPU; wall time is what a loaded machine makes of it (a compile child gets 900 s too)
 _PROBE_NAME = "kforge_pch_probe"
-# Flags that change where headers come from (a candidate may write those directories at import) or what
-# gcc does with them: such a candidate compiles as before, without the precompiled header.
-_UNSAFE_PREFIXES = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-iprefix", "-iwithprefix",
+# Flags that change where headers come from (a candidate may write those directories at import), what gcc does
+# with them, or which program it runs (-wrapper): such a candidate compiles as before, without the precompiled header.
+_UNSAFE_PREFIXES = ("-wrapper", "-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-iprefix", "-iwithprefix",
                     "-isysroot", "--sysroot", "-nostdinc", "-B", "-specs", "--specs", "-fplugin", "-x", "-o", "-M",
                     "-E", "-S", "-save-temps", "@")
 _INCLUDE_ENV = ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "DEPENDENCIES_OUTPUT",
@@ -157,7 +149,7 @@ def variant(root: Path, extra_cflags, with_cuda: bool) -> Variant | None:
     return Variant(cxx=cxx, flags=cflags, key=key, directory=directory)
 
 
-def _replace_atomically(path: Path, write) -> None:
+def replace_atomically(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
@@ -173,99 +165,13 @@ def ensure_directory(v: Variant) -> bool:
         if v.header.is_file() and os.path.realpath(v.header) == os.path.realpath(_torch_header()):
             return True
         v.header.parent.mkdir(parents=True, exist_ok=True)
-        _replace_atomically(v.header, lambda tmp: os.symlink(_torch_header(), tmp))
+        replace_atomically(v.header, lambda tmp: os.symlink(_torch_header(), tmp))
         flags_file = v.directory / "flags.json"
         if not flags_file.exists():
-            _replace_atomically(flags_file, lambda tmp: tmp.write_text(json.dumps({"cxx": v.cxx, "flags": v.flags}, indent=1)))
+            replace_atomically(flags_file, lambda tmp: tmp.write_text(json.dumps({"cxx": v.cxx, "flags": v.flags}, indent=1)))
         return True
     except OSError:
         return False
-
-
-# -- building a .gch --------------------------------------------------------------------------------------------
-
-def _room_to_build(root: Path) -> str:
-    """Why a .gch should not be built now ('' if it may)."""
-    if len(list((root / "pch").glob("*/" + HEADER + ".gch"))) >= MAX_VARIANTS:
-        return f"{MAX_VARIANTS} precompiled headers already kept"
-    if shutil.disk_usage(root).free < MIN_FREE_BYTES:
-        return "not enough free disk space"
-    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    if soft != resource.RLIM_INFINITY and soft < MIN_FILE_SIZE_LIMIT:
-        return "the file size limit is too small"
-    return ""
-
-
-def build(v: Variant, timeout_s: float = BUILD_TIMEOUT_S) -> str:
-    """Build the variant's .gch unless it exists, failed before, or another process is building it.
-    Returns what happened, for the log."""
-    if v.gch.exists():
-        return "present"
-    if (v.directory / "failed").exists():
-        return "failed before"
-    if _attempts(v) >= MAX_ATTEMPTS:
-        return f"gave up after {MAX_ATTEMPTS} interrupted builds"
-    if not ensure_directory(v):
-        return "no directory"
-    why = _room_to_build(v.directory.parent.parent)
-    if why:
-        return f"not built: {why}"
-    with open(v.directory / "build.lock", "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return "being built by another process"
-            raise
-        if v.gch.exists():
-            return "present"
-        for stale in v.gch.parent.glob(f".{v.gch.name}.*.tmp"):  # left by a builder that was killed
-            stale.unlink(missing_ok=True)
-        return _compile(v, timeout_s)
-
-
-def _attempts(v: Variant) -> int:
-    try:
-        return int((v.directory / "attempts").read_text() or 0)
-    except (OSError, ValueError):
-        return 0
-
-
-def _count_attempt(v: Variant) -> None:
-    n = _attempts(v) + 1
-    _replace_atomically(v.directory / "attempts", lambda tmp: tmp.write_text(str(n)))
-
-
-def _compile(v: Variant, timeout_s: float) -> str:
-    tmp = v.gch.with_name(f".{v.gch.name}.{os.getpid()}.tmp")
-    # -Wno-error: the header as main file draws "#pragma once in main file"; warnings do not change the .gch.
-    cmd = [*v.cxx, *v.flags, "-Wno-error", "-x", "c++-header", str(v.header), "-o", str(tmp)]
-    start = time.perf_counter()
-    try:
-        with open(v.directory / "build.log", "wb") as log:
-            log.write((shlex.join(cmd) + "\n").encode())
-            log.flush()
-            proc = subprocess.Popen(cmd, cwd=v.directory, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    process_group=0)  # its own group: a timeout kills cc1plus too, not just the driver
-            try:
-                code = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-                _count_attempt(v)
-                return f"build timed out after {timeout_s:.0f} s"
-        if code == 0 and tmp.exists():
-            os.replace(tmp, v.gch)
-            return f"built in {time.perf_counter() - start:.1f} s"
-        text = (v.directory / "build.log").read_text(errors="replace")
-        if code > 0 and "internal compiler error" not in text and "terminated program" not in text:
-            shutil.copyfile(v.directory / "build.log", v.directory / "failed")  # these flags: do not retry each time
-        else:
-            _count_attempt(v)
-        return f"build failed (exit {code})"
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 # -- which flag sets a candidate will use, read without running it -----------------------------------------------
@@ -331,19 +237,6 @@ class Headers:
         self.root = Path(build_root)
         self.log: list[str] = []
 
-    def prepare(self, candidate: Path) -> None:
-        """Compile child, before the candidate is imported: build the .gch its load_inline calls will want."""
-        try:
-            predicted = predicted_builds(candidate.read_text(errors="replace"))
-        except OSError:
-            return
-        for flags, with_cuda in predicted[:MAX_BUILDS_PER_CHILD]:
-            try:
-                v = variant(self.root, flags, with_cuda)
-                self.log.append(f"{list(flags)}: {build(v) if v else 'not eligible'}")
-            except Exception as exc:  # noqa: BLE001 - a precompiled header is an optimisation, never a failure
-                self.log.append(f"{list(flags)}: {type(exc).__name__}")
-
     def install(self) -> None:
         """Wrap load_inline and load: an eligible build gets `-I<variant directory>` appended to extra_cflags."""
         for name in ("load_inline", "load"):
@@ -361,7 +254,7 @@ class Headers:
             with_cuda = bool(arguments.get("cuda_sources")) if inline else \
                 any(map(cpp_extension._is_cuda_file, [sources] if isinstance(sources, str) else sources))
         v = variant(self.root, arguments.get("extra_cflags"), bool(with_cuda))
-        return v.include_flag if v and ensure_directory(v) else None
+        return v.include_flag if v else None  # whether or not the .gch exists yet: gcc skips a missing -I dir
 
     def _injecting(self, loader, inline: bool):
         signature = inspect.signature(loader)

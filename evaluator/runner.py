@@ -14,6 +14,7 @@ from typing import Callable, Iterator, TypeVar
 import torch
 from pydantic import BaseModel
 
+from evaluator import buildcache
 from evaluator.batch import Batch, build_key
 from evaluator.contracts import EvalSettings, Evidence, Status, Verdict
 from evaluator.hardware import device_name
@@ -101,7 +102,7 @@ def _prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict
                      workdir=batch.root / f"cand{index:05d}")
 
 
-_OUTCOMES = "outcomes"  # in the build root, written by the parent only (children write just their build dir)
+_OUTCOMES = "outcomes"  # in the build root, which only the parent writes (buildcache.py)
 _TRANSIENT = ("No space left", "Cannot allocate memory", "out of memory", "Killed", "MemoryError", "Resource temporarily")
 
 
@@ -110,17 +111,21 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
     a compiler error comes back at once from what the parent kept, and a finished build (its library still in
     the build dir) needs no compile child at all: the candidate child loads it, as a compile child would have,
     which saves a process and a torch import (seconds) per candidate on a warm run. Only compiler errors are
-    kept, never a timeout, a kill or a memory limit, which another attempt could pass."""
+    kept, never a timeout, a kill or a memory limit, which another attempt could pass. The compile child builds
+    in its view of the cache; the build is published (and recorded) only when it ended well."""
     memo = batch.build_root / _OUTCOMES / prep.build_dir.name
     failed, built = memo.with_suffix(".failed.json"), memo.with_suffix(".built")
     if failed.is_file():
         return ChildResult.model_validate_json(failed.read_text())
     if built.is_file() and any(prep.build_dir.rglob("*.so")):
         return _already_built(prep)
-    result = batch.run("compile", prep.job.problem, prep.workdir / "compile", prep.build_dir, prep.job.path)
+    source, workdir = prep.job.path.read_text(errors="replace"), prep.workdir / "compile"
+    said = buildcache.prepare_headers(source, batch.build_root, prep.workdir / "pch", batch.tool(prep.workdir / "pch"))
+    _log.info("precompiled headers for %s: %s", prep.job.path, "; ".join(said) or "none wanted")
+    result = batch.run("compile", prep.job.problem, workdir, prep.build_dir, prep.job.path)
     outcome = ended_badly(result, batch.settings.limits.timeout_s, 0)
     memo.parent.mkdir(parents=True, exist_ok=True)
-    if outcome is None:
+    if outcome is None and _published(workdir, prep):
         built.touch()
     elif outcome.status is Status.COMPILE_ERROR and not result.cancelled:
         text = result.log_tail(chars=2_000_000)
@@ -129,6 +134,17 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
             log.write_bytes(text.encode())
             failed.write_text(result.model_copy(update={"log_path": log}).model_dump_json())
     return result
+
+
+def _published(workdir: Path, prep: _Prepared) -> bool:
+    """The compile child's build, moved into the cache; if that fails the candidate child builds it again in its
+    own view (slower, never wrong), and the key is not recorded as built."""
+    try:
+        buildcache.publish(workdir, prep.build_dir)
+        return True
+    except OSError as exc:
+        _log.warning("could not publish the build of %s: %s", prep.job.path, exc)
+        return False
 
 
 def _already_built(prep: _Prepared) -> ChildResult:

@@ -24,6 +24,7 @@ from typing import Callable, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
+from evaluator import resources
 from evaluator.contracts import EvaluatorError, Limits
 from evaluator.protocol import CANDIDATE_EVENTS, Message, Request, misfits
 
@@ -121,16 +122,18 @@ def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
     return env
 
 
-def jail_spec(writable: list[Path], readable: list[Path], namespaces: bool = True) -> dict:
-    """The jail's file rules for one child: write only `writable` (its scratch and build dirs), read the system,
-    Python, kforge and `readable` (its problem and candidate files, the shared precompiled headers). Without
-    `namespaces` it keeps kforge's PID namespace (the trusted comparer on CUDA)."""
+def jail_spec(writable: list[Path], readable: list[Path], namespaces: bool = True, view: dict | None = None) -> dict:
+    """The jail's file rules for one child: write only `writable` (its scratch) and, through the `view` of the
+    build cache (evaluator/buildcache.py), its own build dir; read the system, Python, kforge and `readable` (its
+    problem and candidate files, the shared precompiled headers). Without `namespaces` it keeps kforge's PID
+    namespace (the trusted comparer on CUDA)."""
     python = {sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if p and Path(p).is_dir())}
     cuda = [os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)]
     read = {*_SYSTEM_READ, *python, *cuda, *map(str, readable)} - {os.getcwd()}  # sys.path may name the cwd
     read = sorted(read | {str(ROOT)})
-    return {"read": read, "write": [str(p) for p in writable], "list": ["/dev"], "namespaces": namespaces,
-            "identity": child_identity(read, [str(p) for p in writable])}
+    write = [str(p) for p in writable]
+    return {"read": read, "write": write, "list": ["/dev"], "namespaces": namespaces, "view": view,
+            "identity": child_identity(read, write + ([view["own"]] if view else []))}
 
 
 _PROBE = ("import json, os, runpy; f = runpy.run_path(os.environ['KFORGE_CONFINE'])['forbid_touching_parent']; "
@@ -141,16 +144,24 @@ _PROBE = ("import json, os, runpy; f = runpy.run_path(os.environ['KFORGE_CONFINE
 def probe_layers(scratch: Path) -> dict[str, str]:
     """Which sandbox layers a jailed child gets on this machine: each 'on', or 'off: why'. It runs in a folder of
     its own inside `scratch`, which must be traversable by the child uid (a batch's root is)."""
+    from evaluator import buildcache  # torch comes with it: only where a probe runs
+
     scratch = scratch / "probe"
     scratch.mkdir(exist_ok=True)
-    spec = jail_spec([scratch], [])
-    cmd = _jailed(spec, [sys.executable, "-c", _PROBE])
+    view = buildcache.view(scratch.parent / "probe-builds", scratch.parent / "probe-builds" / "key", scratch, keep=False)
+    spec = jail_spec([scratch], [], view=view)
+    limits = Limits()
+    group, said = resources.for_child(limits.processes, limits.memory_mb)
+    cmd = _jailed(spec, [sys.executable, "-c", _PROBE], group, said)
     try:
         env = scrubbed_env(scratch, scratch, "probe") | {"KFORGE_CONFINE": str(ROOT / "evaluator" / "confine.py")}
         proc = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=60)
         layers = json.loads(proc.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, OSError, ValueError, IndexError) as exc:
         return {"jail": f"off: the jail did not start ({type(exc).__name__})"}
+    finally:
+        if group:
+            group.close()
     return layers
 
 
@@ -191,8 +202,12 @@ def _reachable(path: str, bits: int) -> bool:
         return False
 
 
-def _jailed(spec: dict | None, cmd: list[str]) -> list[str]:
-    return cmd if spec is None else [sys.executable, str(_JAIL), json.dumps(spec), "--", *cmd]
+def _jailed(spec: dict | None, cmd: list[str], group: resources.Cgroup | None = None, said: str = "") -> list[str]:
+    """The command that starts `cmd` in the jail, joining `group` (the child's cgroup; `said`: the layer's state)."""
+    if spec is None:
+        return cmd
+    spec = spec | {"cgroup": {"procs": group.procs if group else [], "said": said}}
+    return [sys.executable, str(_JAIL), json.dumps(spec), "--", *cmd]
 
 
 def _prepare_child(limits: Limits, cap_address_space: bool) -> None:
@@ -211,6 +226,32 @@ def _prepare_child(limits: Limits, cap_address_space: bool) -> None:
     if cap_address_space:
         cap = limits.memory_mb * 2**20
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def run_tool(cmd: list[str], workdir: Path, spec: dict, limits: Limits, log: Path, stop: threading.Event) -> int | None:
+    """A program kforge trusts (the compiler of a precompiled header) run on input a candidate chose (flags read
+    from its source): in the jail and under the children's seccomp filter, writing only `workdir`. Its exit
+    status, or None when it ran out of time or the batch was stopped (it is killed, and its namespace with it)."""
+    confined = [sys.executable, str(ROOT / "evaluator" / "confine.py"), *cmd]
+    group, said = resources.for_child(limits.processes, limits.memory_mb)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(_jailed(spec, confined, group, said), cwd=workdir,
+                                env=scrubbed_env(workdir, workdir, secrets.token_hex(16)), stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=lambda: _prepare_child(limits, cap_address_space=False))
+    deadline = time.monotonic() + limits.timeout_s
+    try:
+        while proc.poll() is None:
+            if stop.is_set() or time.monotonic() > deadline:
+                return None
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=_MEMORY_POLL_S)
+        return proc.returncode
+    finally:
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
+        if group:
+            group.close()
 
 
 def _rss_bytes(pid: int) -> int:
@@ -272,9 +313,10 @@ class Child:
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
         self.token = secrets.token_hex(16)
+        self.cgroup, said = resources.for_child(limits.processes, limits.memory_mb) if jail else (None, "")
         with open(self.result.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                _jailed(jail, [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)]), cwd=workdir,
+                _jailed(jail, [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)], self.cgroup, said), cwd=workdir,
                 env=scrubbed_env(workdir, build_dir, self.token), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, pass_fds=(req_r, res_w), start_new_session=True,
                 preexec_fn=lambda: _prepare_child(limits, cap_address_space),
@@ -343,6 +385,9 @@ class Child:
             _stop(self.proc)
             self.result.returncode = self.proc.wait()
             self.result.stragglers = _kill_stragglers(self.token)
+            if self.cgroup:
+                self.result.memory_exceeded |= self.cgroup.oom_killed()
+                self.cgroup.close()
         self._reader.join(timeout=5)
         return self.result
 

@@ -86,6 +86,23 @@ def build_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def adversarial_build_root(build_root) -> Path:
+    """The build root with the adversarial candidates' shared kernel built in (tests/adversarial/prebuilt.py)."""
+    from tests.adversarial.prebuilt import prebuild
+
+    prebuild(build_root, "tests.adversarial.tiny_ext")
+    return build_root
+
+
+@pytest.fixture(scope="session")
+def gpu_adversarial_build_root(build_root) -> Path:
+    from tests.adversarial.prebuilt import prebuild
+
+    prebuild(build_root, "tests.adversarial.gpu_tiny_ext")
+    return build_root
+
+
+@pytest.fixture(scope="session")
 def cpu_settings(build_root):
     from evaluator import EvalSettings
 

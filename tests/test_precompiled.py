@@ -62,8 +62,7 @@ def test_the_wrapper_adds_the_include_directory_only_to_eligible_builds(tmp_path
     cpp_extension.load_inline("m", "int f();", None, None, None, ["-O3"])  # extra_cflags given by position
     cpp_extension.load("m", ["a.cpp"], extra_cflags=["-O3"])
     assert [args["extra_cflags"] for args in calls] == [["-O3", f"-I{v.directory}"]] * 3
-    assert v.header.resolve() == (Path(cpp_extension.include_paths()[0]) / "torch/extension.h").resolve()
-    assert not v.gch.exists()  # the wrapper never builds: only the compile child does, before the import
+    assert not v.directory.exists()  # the wrapper writes nothing: pch/ is read-only in children, the parent builds
 
     calls.clear()
     cpp_extension.load_inline("m", "int f();", extra_cflags=["-O3"], extra_include_paths=["inc"])

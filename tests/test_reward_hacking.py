@@ -60,8 +60,9 @@ HONEST = [SOLUTIONS / "scale_bias_hardswish/cpu_fused_o3.py", SOLUTIONS / "softm
 
 
 @pytest.fixture(scope="session")
-def adversarial_settings(build_root) -> EvalSettings:
-    return EvalSettings(device="cpu", size="small", trials=3, warmup_ms=5, rep_ms=20, leak_calls=2, jobs=2, build_root=build_root)
+def adversarial_settings(adversarial_build_root) -> EvalSettings:
+    return EvalSettings(device="cpu", size="small", trials=3, warmup_ms=5, rep_ms=20, leak_calls=2, jobs=2,
+                        build_root=adversarial_build_root)
 
 
 @pytest.fixture(scope="session")
@@ -238,8 +239,8 @@ def _gpu_run(names: list[str], size: str, build_root: Path) -> dict[str, Verdict
 
 @pytest.mark.gpu
 @needs_gpu
-def test_gpu_side_stream_stale_and_uninitialised_outputs(build_root):
-    v = _gpu_run(["gpu_side_stream", "gpu_uninitialized", "gpu_cache_by_identity"], "small", build_root)
+def test_gpu_side_stream_stale_and_uninitialised_outputs(gpu_adversarial_build_root):
+    v = _gpu_run(["gpu_side_stream", "gpu_uninitialized", "gpu_cache_by_identity"], "small", gpu_adversarial_build_root)
     assert v["relu_cuda"].status is CORRECT, v["relu_cuda"].evidence
     assert v["gpu_side_stream"].status is INCORRECT and "timed call" in v["gpu_side_stream"].evidence.cause
     assert v["gpu_cache_by_identity"].evidence.exploit == "stale_output"
@@ -249,7 +250,7 @@ def test_gpu_side_stream_stale_and_uninitialised_outputs(build_root):
 
 @pytest.mark.gpu
 @needs_gpu
-def test_gpu_content_cache_is_caught_by_the_bandwidth_floor(build_root):
-    v = _gpu_run(["gpu_content_cache"], "full", build_root)
+def test_gpu_content_cache_is_caught_by_the_bandwidth_floor(gpu_adversarial_build_root):
+    v = _gpu_run(["gpu_content_cache"], "full", gpu_adversarial_build_root)
     assert v["relu_cuda"].status is CORRECT, v["relu_cuda"].evidence
     assert v["gpu_content_cache"].evidence.exploit == "bandwidth_floor", v["gpu_content_cache"].evidence

@@ -8,6 +8,7 @@ every attempt was refused by the kernel. Effects are also checked from outside (
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -19,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, kforge_runner, running
+from conftest import COMPILED_RELU, ROOT, kforge_runner, running
 from evaluator import CandidateJob, EvalSettings, Status, Verdict, evaluate
+from evaluator.contracts import Limits
 from evaluator.sandbox import probe_layers
 from reference_problems import resolve_problem
 
@@ -118,8 +120,9 @@ class Listeners:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, build_root) -> dict:
+def world(tmp_path_factory, adversarial_build_root) -> dict:
     """Things a candidate must not reach: a db with rows, a secret, a home, listeners; and the batch's verdicts."""
+    build_root = adversarial_build_root
     base = tmp_path_factory.mktemp("world")
     (base / "db").mkdir()
     db = base / "db" / "kforge.db"
@@ -197,10 +200,10 @@ def test_nothing_was_written_connected_erased_or_leftrunning(world):
 
 
 @pytest.mark.slow
-def test_nothing_outlives_kforge_killed_mid_evaluation(tmp_path, build_root):
+def test_nothing_outlives_kforge_killed_mid_evaluation(tmp_path, adversarial_build_root):
     """kforge is SIGKILLed while the daemon's candidate runs: the jail's outer process gets its parent-death
     signal, the child is killed, and the kernel ends the whole namespace, daemon included."""
-    run = kforge_runner(tmp_path, build_root)
+    run = kforge_runner(tmp_path, adversarial_build_root)
     slow = tmp_path / "relu" / "daemon_then_hang.py"
     slow.parent.mkdir()
     slow.write_text((ROOT / "tests" / "adversarial" / "relu" / "daemon.py").read_text().replace(
@@ -300,3 +303,173 @@ def test_as_root_the_child_becomes_nobody_and_a_root_only_file_stays_closed_wher
         assert (scratch / "made").stat().st_uid == 65534
     finally:
         shutil.rmtree(tmp_path)
+
+
+# its own build, without a precompiled header (an -I flag makes it ineligible): one plain compile
+VICTIM = COMPILED_RELU.replace("kforge_survival_relu", "kforge_cache_victim").replace('extra_cflags=["-O3"]', 'extra_cflags=["-I."]')
+
+CACHE_ATTACKER = '''
+import glob, os, threading
+import torch.nn as nn
+
+ROOT, VICTIM = {root!r}, {victim!r}
+ESCAPED = []
+
+
+def attempt(name, action):
+    try:
+        action()
+        ESCAPED.append(name)
+    except Exception:
+        pass
+
+
+def append(path, data=b"poison"):
+    with open(path, "ab") as fh:
+        fh.write(data)
+
+
+def attack():
+    attempt("write the cache root", lambda: append(ROOT + "/planted"))
+    attempt("make a build dir", lambda: os.mkdir(ROOT + "/planted-key"))
+    attempt("write the outcomes", lambda: append(ROOT + "/outcomes/planted.built"))
+    attempt("write another key's build dir", lambda: append(VICTIM + "/planted"))
+    for so in glob.glob(VICTIM + "/**/*.so", recursive=True) + glob.glob(ROOT + "/pch/**/*.so", recursive=True):
+        attempt("poison " + so, lambda: append(so))
+        attempt("replace " + so, lambda: os.rename(so, so + ".planted"))
+    attempt("write pch/", lambda: append(ROOT + "/pch/planted"))
+    for gch in glob.glob(ROOT + "/pch/*/torch/extension.h*"):
+        attempt("poison " + gch, lambda: append(gch))
+    attempt("move another key's build away", lambda: os.rename(VICTIM, VICTIM + "-planted"))
+
+
+attack()  # before the build
+stop = threading.Event()
+threading.Thread(target=lambda: [attack() for _ in iter(stop.is_set, True)], daemon=True).start()  # while it builds
+from tests.adversarial.tiny_ext import ext
+stop.set()
+attack()
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        if not hasattr(self, "done"):
+            self.done = attack() or True
+        if ESCAPED:
+            raise RuntimeError(f"escaped: {{sorted(set(ESCAPED))}}")
+        return ext.relu(x)
+'''
+
+
+def _digests(root: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
+
+
+@pytest.mark.slow
+def test_a_compile_stage_candidate_cannot_write_the_build_cache(adversarial_build_root, tmp_path):
+    """The cache is written by the parent only: a candidate attacking it while it compiles (before, during and after
+    its load_inline) and while it runs, finds the cache root, another key's published build, the outcomes and
+    pch/ (the shared .so, the precompiled headers) all refused; every file there is unchanged from outside, and
+    the victim, evaluated again, loads its build as it was."""
+    from evaluator.batch import build_key
+
+    root, relu = adversarial_build_root, resolve_problem("relu")
+    settings = EvalSettings(device="cpu", size="small", trials=2, warmup_ms=5, rep_ms=20, leak_calls=2, jobs=2, build_root=root)
+    victim = tmp_path / "victim.py"
+    victim.write_text(VICTIM)
+    (first,) = evaluate([CandidateJob(path=victim, problem=relu)], settings)
+    assert first.status is Status.CORRECT, first.evidence.cause
+    victim_dir = root / build_key(VICTIM, "cpu")
+    assert any(victim_dir.rglob("*.so")) and victim_dir.stat().st_uid == os.geteuid()  # published by the parent
+    gch = root / "pch" / "victim-variant" / "torch" / "extension.h.gch"  # as the parent publishes one
+    gch.parent.mkdir(parents=True, exist_ok=True)
+    gch.write_bytes(b"a precompiled header")
+    before = _digests(root)
+
+    attacker = tmp_path / "cache_attacker.py"
+    attacker.write_text(CACHE_ATTACKER.format(root=str(root), victim=str(victim_dir)))
+    (v,) = evaluate([CandidateJob(path=attacker, problem=relu)], settings)
+    assert v.status is Status.CORRECT, v.evidence.cause  # a refused attempt leaves it correct
+    assert v.evidence.sandbox.get("cache", "").startswith("on"), v.evidence.sandbox
+    after = _digests(root)
+    assert {p: d for p, d in after.items() if p in before} == before
+    assert [p for p in map(str, root.rglob("*")) if "planted" in p] == []
+
+    (again,) = evaluate([CandidateJob(path=victim, problem=relu)], settings)
+    assert again.status is Status.CORRECT and again.evidence.cache_hit, again.evidence.cause
+
+
+FORK_BOMB = '''"""Forks until the kernel refuses (at most 400: bounded even where no limit holds), then says how many it got."""
+import os
+import torch.nn as nn
+from tests.adversarial.tiny_ext import ext
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        got = 0
+        while got < 400:
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                os.execvp("sh", ["sh", "-c", "while :; do sleep 1; done", "kforge-fork-bomb"])
+            got += 1
+        raise RuntimeError(f"forked {got} processes before the kernel refused")
+'''
+
+MEMORY_HOG = '''"""Three processes each filling 1.2 GB: each stays under its own address-space limit, together they pass the
+child's memory limit (3 GB), which only a limit on the whole child (its cgroup) sees."""
+import os
+import time
+import torch.nn as nn
+from tests.adversarial.tiny_ext import ext
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        hogs = []
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                kept = [b"\\1" * (100 << 20) for _ in range(12)]
+                time.sleep(2)
+                os._exit(len(kept))
+            hogs.append(pid)
+        ended = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in hogs]
+        raise RuntimeError(f"the hogs ended with {ended}")
+'''
+
+
+@pytest.fixture(scope="module")
+def hungry(adversarial_build_root, tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("hungry")
+    (base / "fork_bomb.py").write_text(FORK_BOMB)
+    (base / "memory_hog.py").write_text(MEMORY_HOG)
+    limits = Limits(timeout_s=120, processes=128, memory_mb=3072)
+    settings = EvalSettings(device="cpu", size="small", trials=2, warmup_ms=5, rep_ms=20, leak_calls=2, jobs=2,
+                            build_root=adversarial_build_root, limits=limits)
+    relu = resolve_problem("relu")
+    started = time.monotonic()
+    verdicts = {Path(v.solution_path).stem: v for v in evaluate(
+        [CandidateJob(path=base / f"{name}.py", problem=relu) for name in ("fork_bomb", "memory_hog")], settings)}
+    return {"verdicts": verdicts, "wall_s": time.monotonic() - started}
+
+
+@pytest.mark.slow
+def test_a_fork_bomb_is_refused_by_the_childs_process_limit_and_leaves_nothing(hungry):
+    v = hungry["verdicts"]["fork_bomb"]
+    assert v.evidence.sandbox.get("resources", "").startswith("on"), v.evidence.sandbox
+    got = int(re.search(r"forked (\d+) processes", v.evidence.cause).group(1))
+    assert v.status is Status.RUNTIME_ERROR and 0 < got < 128, v.evidence.cause
+    assert running("kforge-fork-bomb") == [] and hungry["wall_s"] < 300
+
+
+@pytest.mark.slow
+def test_a_memory_hog_spread_over_processes_is_stopped_by_the_childs_memory_limit(hungry):
+    v = hungry["verdicts"]["memory_hog"]
+    assert v.status is Status.RUNTIME_ERROR and "memory limit" in v.evidence.cause, v.evidence.cause
+    assert running(str(v.solution_path)) == []

@@ -1,11 +1,9 @@
-"""The CUDA twin of tiny_ext.py: one compiled ReLU shared by the GPU adversarial candidates (built once).
+"""The CUDA twin of tiny_ext.py: one compiled ReLU shared by the GPU adversarial candidates (built once,
+by the fixture `gpu_adversarial_build_root`).
 
 Its kernel runs on torch's current stream, so a candidate can move it to a side stream."""
 
-import os
-from pathlib import Path
-
-from torch.utils.cpp_extension import load_inline
+from tests.adversarial.prebuilt import load_shared
 
 SOURCE = r"""
 #include <torch/extension.h>
@@ -26,8 +24,5 @@ torch::Tensor relu(torch::Tensor x) {
 }
 """
 
-# the jail lets a child write only its own build dir and the build root's shared pch/ folder: the test kernel lives there
-BUILD_DIR = Path(os.environ["TORCH_EXTENSIONS_DIR"]).parent / "pch" / "adversarial_tiny_ext_cuda"
-BUILD_DIR.mkdir(exist_ok=True)
-ext = load_inline(name="kforge_adversarial_relu_cuda", cpp_sources="torch::Tensor relu(torch::Tensor x);",
-                  cuda_sources=SOURCE, functions=["relu"], build_directory=str(BUILD_DIR))
+ext = load_shared("adversarial_tiny_ext_cuda", name="kforge_adversarial_relu_cuda", cpp_sources="torch::Tensor relu(torch::Tensor x);",
+                  cuda_sources=SOURCE, functions=["relu"])

@@ -1,14 +1,10 @@
 """The one compiled kernel the adversarial candidates share: a plain C++ ReLU.
 
-A candidate file is built in a folder keyed on its own content, so each would recompile its own copy
-(~45 s here). They import this module instead, which builds into one folder of kforge's build cache:
-the same name and source hit torch's own cache, so the whole suite compiles it once.
+They import this module instead of building their own copy: the tests build it once, before any candidate
+runs (tests/adversarial/prebuilt.py; fixture `adversarial_build_root`), and children load it as it is.
 """
 
-import os
-from pathlib import Path
-
-from torch.utils.cpp_extension import load_inline
+from tests.adversarial.prebuilt import load_shared
 
 SOURCE = r"""
 torch::Tensor relu(torch::Tensor x) {
@@ -22,7 +18,4 @@ torch::Tensor relu(torch::Tensor x) {
 }
 """
 
-# the jail lets a child write only its own build dir and the build root's shared pch/ folder: the test kernel lives there
-BUILD_DIR = Path(os.environ["TORCH_EXTENSIONS_DIR"]).parent / "pch" / "adversarial_tiny_ext"
-BUILD_DIR.mkdir(exist_ok=True)
-ext = load_inline(name="kforge_adversarial_relu", cpp_sources=SOURCE, functions=["relu"], build_directory=str(BUILD_DIR))
+ext = load_shared("adversarial_tiny_ext", name="kforge_adversarial_relu", cpp_sources=SOURCE, functions=["relu"])
