@@ -11,10 +11,11 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from evaluator.batch import Batch
-from evaluator.contracts import Limits
+from evaluator.contracts import Limits, Status
 from evaluator.introspect import introspect
+from evaluator.judge import ended_badly
 from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, read_request
-from evaluator.sandbox import Child, jail_spec
+from evaluator.sandbox import Child, ChildResult, jail_spec
 from kforge.speed_of_light import Cost, derive
 from reference_problems import resolve_problem
 
@@ -99,3 +100,13 @@ def test_the_report_omits_what_introspection_could_not_measure(tmp_path: Path, c
         costs = derive(files)
     assert costs == {str(files[1]): Cost(bytes_moved=2 * 64 * 64 * 4, flops=2 * 64**3)}
     assert f"speed of light not derived for {files[0]}: ValueError: no shapes here" in caplog.text
+
+
+def test_a_malformed_error_message_from_candidate_code_is_forged_not_a_crash(tmp_path: Path) -> None:
+    """A compile child runs candidate code at import, which can write to the result channel: an `error` or `stage`
+    message without its fields is a verdict on the candidate, not a KeyError in kforge's compile thread."""
+    result = ChildResult(messages=[{"event": "stage", "_t": 0.0}, {"event": "error", "_t": 0.0}], returncode=1,
+                         log_path=tmp_path / "child.log")
+    outcome = ended_badly(result, 60, 0)
+    assert (outcome.status, outcome.evidence.exploit) == (Status.CHEAT, "forged_messages")
+    assert "malformed error message: exc_type: Field required" in outcome.evidence.cause
