@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from evaluator import comparer, confine, extensions, guard, hardware, introspect, leaks, loading, precompiled, timing, trials
-from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, IntrospectRequest, Kernels, Leaks,
+from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, IntrospectRequest, Leaks,
                                 Memory, Message, Outputs, Probe, Ready, ReferenceRequest, Request, Stage, Timing, Trials,
                                 read_request)
 
@@ -193,7 +193,7 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
     module, seconds, cached = loading.load_candidate(candidate, build_dir)
     chan.send(Compiled(seconds=seconds, cache_hit=cached, steps={} if cached else loading.build_steps(build_dir)))
     if isinstance(req, CandidateRequest):
-        chan.send(Kernels(**watch.report.model_dump()))
+        chan.send(watch.report)
         judge.check("at import")
         chan.send(Stage(stage="init"))
         model = trials.build_model(module.ModelNew, problem, req.init_seed, device)

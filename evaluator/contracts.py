@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import enum
+import functools
+import hashlib
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field, model_validator
+
+from reference_problems import Problem
 
 
 class EvaluatorError(RuntimeError):
@@ -58,6 +63,33 @@ class EvalSettings(BaseModel):
     jobs: int = Field(2, ge=1)  # parallel compiles
     sandbox: str = "strict"  # strict: refuse to run when a sandbox layer is missing; warn: run and say so
     gpus: list[str] | None = None  # CUDA devices (ids as CUDA_VISIBLE_DEVICES names them) to spread runs over; None: all visible
+
+
+class CandidateJob(BaseModel):
+    """One candidate file to judge against one problem. Its bytes are read once (here, unless the caller already
+    has them, e.g. the LLM answer it just wrote) and travel with the job: they are what is stored, hashed and judged,
+    so a file edited meanwhile cannot be stored as one thing and evaluated as another."""
+
+    path: Path
+    problem: Problem
+    source: bytes = Field(repr=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_once(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("source") is None:
+            data = {**data, "source": Path(data["path"]).read_bytes()}
+        return data
+
+    @computed_field
+    @functools.cached_property
+    def sha256(self) -> str:
+        """What the solution is stored and found under."""
+        return hashlib.sha256(self.source).hexdigest()
+
+    @property
+    def text(self) -> str:
+        return self.source.decode(errors="replace")
 
 
 class TimingStats(BaseModel):

@@ -19,24 +19,15 @@ from functools import wraps
 from pathlib import Path
 
 import torch.utils.cpp_extension as cpp_extension
-from pydantic import BaseModel, Field
 
-
-class Calls(BaseModel):
-    kernel: int = 0  # calls of functions of the candidate's compiled extensions
-    reference: int = 0  # calls into the reference problem's code
-
-
-class KernelReport(BaseModel):
-    modules: list[str] = Field(default_factory=list)  # extension modules the candidate loaded
-    unverifiable: list[str] = Field(default_factory=list)  # loaded, but calls into them cannot be counted
+from evaluator.protocol import Calls, Kernels
 
 
 class KernelWatch:
     """Install once, before the candidate is imported; then `call(fn)` runs fn and counts."""
 
     def __init__(self, problem_file: Path):
-        self.report = KernelReport()
+        self.report = Kernels()  # sent to the parent as it is
         self._functions: dict[int, object] = {}  # id -> function (kept alive so ids stay unique)
         self._problem_file = str(problem_file)
 

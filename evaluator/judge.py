@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from evaluator import diagnose
 from evaluator.contracts import EvalSettings, Evidence, Mismatch, Status, TimingStats
 from evaluator.hardware import device_name, peak
-from evaluator.protocol import Cheat, Kernels, Leaks, Probe, Trials
+from evaluator.protocol import Cheat, Error, Kernels, Leaks, Probe, Trials
 from evaluator.sandbox import ChildResult
 from evaluator.timing import implausible, method_name, summarize
 from reference_problems import ProblemMeta
@@ -68,7 +68,11 @@ def ended_badly(result: ChildResult, timeout_s: float, max_input_numel: int) -> 
         return Outcome(Status.TIMEOUT, Evidence(stage=stage, cause=f"no result after {timeout_s:.0f} s (stage: {stage})", log_tail=log[-2000:]))
     if result.memory_exceeded:
         return Outcome(Status.RUNTIME_ERROR, Evidence(stage=stage, cause=f"exceeded the host memory limit during {stage}", log_tail=log[-2000:]))
-    if error := result.last("error"):
+    try:
+        error = result.read(Error)
+    except ValueError as exc:  # the harness sends well-formed errors: candidate code wrote this one (e.g. at import)
+        return _cheat("forged_messages", f"the result channel carried a malformed {exc}", stage, log_tail=log[-2000:])
+    if error:
         return _error(error, stage, log, max_input_numel)
     code = result.returncode or 0
     if code == -signal.SIGSYS:
@@ -85,14 +89,14 @@ def ended_badly(result: ChildResult, timeout_s: float, max_input_numel: int) -> 
 _DIRS = re.compile(r"(?<![\w.])/[^\s:]*/(?=[^/\s:]+:\d+)")  # the build dir before "main.cpp:12:": the log keeps it
 
 
-def _error(error: dict, stage: str, log: str, max_input_numel: int) -> Outcome:
+def _error(error: Error, stage: str, log: str, max_input_numel: int) -> Outcome:
     status = Status.COMPILE_ERROR if stage == "compile" else Status.RUNTIME_ERROR
-    text = f"{error['message']}\n{log}"
+    text = f"{error.message}\n{log}"
     compiler = diagnose.error_lines(text) if status is Status.COMPILE_ERROR else ""
-    lines = (compiler or error["message"]).strip().splitlines()
+    lines = (compiler or error.message).strip().splitlines()
     first = _DIRS.sub("", lines[0][:300]) if lines else ""
-    return Outcome(status, Evidence(stage=stage, cause=f"{error['exc_type']}: {first}", hint=diagnose.hint_for(text, max_input_numel),
-                                    log_tail=compiler or error["traceback"][-3000:]))
+    return Outcome(status, Evidence(stage=stage, cause=f"{error.exc_type}: {first}", hint=diagnose.hint_for(text, max_input_numel),
+                                    log_tail=compiler or error.traceback[-3000:]))
 
 
 @dataclass

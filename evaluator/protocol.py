@@ -169,16 +169,18 @@ class Compiled(Message):
 
 
 class Kernels(Message):
-    """Which compiled extensions the candidate loaded (evaluator.extensions.KernelReport)."""
+    """Which compiled extensions the candidate loaded (filled in by evaluator.extensions.KernelWatch)."""
 
     event: Literal["kernels"] = "kernels"
-    modules: list[str]
-    unverifiable: list[str]
+    modules: list[str] = Field(default_factory=list)  # extension modules the candidate loaded
+    unverifiable: list[str] = Field(default_factory=list)  # loaded, but calls into them cannot be counted
 
 
 class Calls(BaseModel):
-    kernel: int
-    reference: int
+    """What a watched call ran (counted by evaluator.extensions.KernelWatch)."""
+
+    kernel: int = 0  # calls of functions of the candidate's compiled extensions
+    reference: int = 0  # calls into the reference problem's code
 
 
 class TrialReport(BaseModel):

@@ -15,8 +15,8 @@ from typing import Iterator
 
 from pydantic import BaseModel
 
-from evaluator.contracts import EvalSettings, EvaluatorError, Verdict
-from evaluator.runner import CandidateJob, evaluate as evaluate_here
+from evaluator.contracts import CandidateJob, EvalSettings, EvaluatorError, Verdict
+from evaluator.runner import evaluate as evaluate_here
 from reference_problems.registry import load_problem_file
 
 
@@ -24,23 +24,24 @@ class Shipped(BaseModel):
     """A job as text: what a node without this machine's files needs to evaluate it."""
 
     candidate_name: str
-    candidate_source: str
+    candidate_source: bytes  # the job's own bytes: the node judges, and hashes, exactly what the driver stores
     problem_name: str
     problem_source: str
 
     @classmethod
     def of(cls, job: CandidateJob) -> "Shipped":
-        return cls(candidate_name=job.path.name, candidate_source=job.path.read_text(errors="replace"),
+        return cls(candidate_name=job.path.name, candidate_source=job.source,
                    problem_name=job.problem.path.name, problem_source=job.problem.source())
 
 
 def evaluate_shipped(shipped: Shipped, settings: EvalSettings) -> Verdict:
-    """Runs on a Ray worker: write the two files to scratch space and evaluate them with the local backend."""
+    """Runs on a Ray worker: write the problem file to scratch space and evaluate the candidate's bytes against it
+    with the local backend (which writes them for its children itself)."""
     with tempfile.TemporaryDirectory(prefix="kforge-ray-") as scratch:
-        problem_path, candidate_path = Path(scratch, shipped.problem_name), Path(scratch, shipped.candidate_name)
+        problem_path = Path(scratch, shipped.problem_name)
         problem_path.write_text(shipped.problem_source)
-        candidate_path.write_text(shipped.candidate_source)
-        job = CandidateJob(path=candidate_path, problem=load_problem_file(problem_path))
+        job = CandidateJob(path=Path(scratch, shipped.candidate_name), problem=load_problem_file(problem_path),
+                           source=shipped.candidate_source)
         return next(iter(evaluate_here([job], settings)))
 
 

@@ -3,7 +3,6 @@ candidate alone on the device, judged in this (parent) process. Yields verdicts;
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 import time
@@ -16,7 +15,7 @@ from pydantic import BaseModel
 
 from evaluator import buildcache
 from evaluator.batch import Batch, build_key
-from evaluator.contracts import EvalSettings, Evidence, Status, Verdict
+from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Verdict
 from evaluator.hardware import device_name
 from evaluator.judge import HANDED_PROBES, Outcome, Reference, ended_badly, judge
 from evaluator.protocol import Ack
@@ -24,30 +23,26 @@ from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
 from evaluator.sandbox import ChildResult
 from evaluator.trials import OUTPUT_SUFFIX
 from evaluator.static import check_source
-from reference_problems import Problem
 
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class CandidateJob(BaseModel):
-    """One candidate file to judge against one problem."""
-
-    path: Path
-    problem: Problem
-
-
 class _Prepared(BaseModel):
     job: CandidateJob
-    sha256: str
     build_dir: Path
     workdir: Path
 
+    @property
+    def candidate(self) -> Path:
+        """The job's bytes, written into its scratch by the parent: what its children import and judge."""
+        return self.workdir / "src" / self.job.path.name
 
-def _verdict(job: CandidateJob, sha: str, settings: EvalSettings, status: Status, **kw) -> Verdict:
+
+def _verdict(job: CandidateJob, settings: EvalSettings, status: Status, **kw) -> Verdict:
     kw.setdefault("device_name", device_name(settings.device))
-    return Verdict(status=status, problem=job.problem.name, solution_sha256=sha, solution_path=str(job.path),
+    return Verdict(status=status, problem=job.problem.name, solution_sha256=job.sha256, solution_path=str(job.path),
                    device=settings.device, size=settings.size, torch_version=torch.__version__,
                    cuda_version=torch.version.cuda, **kw)
 
@@ -85,21 +80,23 @@ def _speed(outcome: Outcome, ref: Reference) -> dict:
 
 
 def _prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict:
-    """Static checks first: a truncated, non-Python or GPU-only candidate costs no compile."""
+    """Static checks first: a truncated, non-Python or GPU-only candidate costs no compile. The rest get the job's
+    bytes in their scratch: the file itself is not read again."""
     settings = batch.settings
-    source = job.path.read_text(errors="replace")
-    sha = hashlib.sha256(job.path.read_bytes()).hexdigest()
-    check = check_source(source)
+    check = check_source(job.text)
     if check.status:
-        return _verdict(job, sha, settings, check.status, evidence=Evidence(stage="parse", cause=check.cause))
+        return _verdict(job, settings, check.status, evidence=Evidence(stage="parse", cause=check.cause))
     if check.needs_cuda and settings.device != "cuda":
-        return _verdict(job, sha, settings, Status.SKIPPED,
+        return _verdict(job, settings, Status.SKIPPED,
                         evidence=Evidence(stage="parse", cause="skipped: no CUDA device (the candidate builds or uses CUDA code)"))
     if check.cpu_only and settings.device == "cuda":
-        return _verdict(job, sha, settings, Status.SKIPPED,
+        return _verdict(job, settings, Status.SKIPPED,
                         evidence=Evidence(stage="parse", cause="skipped: CPU-only extension (load_inline without cuda_sources); use --device cpu"))
-    return _Prepared(job=job, sha256=sha, build_dir=batch.build_root / build_key(source, settings.device),
+    prep = _Prepared(job=job, build_dir=batch.build_root / build_key(job.text, settings.device),
                      workdir=batch.root / f"cand{index:05d}")
+    prep.candidate.parent.mkdir(parents=True)
+    prep.candidate.write_bytes(job.source)
+    return prep
 
 
 _OUTCOMES = "outcomes"  # in the build root, which only the parent writes (buildcache.py)
@@ -119,10 +116,10 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
         return ChildResult.model_validate_json(failed.read_text())
     if built.is_file() and any(prep.build_dir.rglob("*.so")):
         return _already_built(prep)
-    source, workdir = prep.job.path.read_text(errors="replace"), prep.workdir / "compile"
-    said = buildcache.prepare_headers(source, batch.build_root, prep.workdir / "pch", batch.tool(prep.workdir / "pch"))
+    workdir = prep.workdir / "compile"
+    said = buildcache.prepare_headers(prep.job.text, batch.build_root, prep.workdir / "pch", batch.tool(prep.workdir / "pch"))
     _log.info("precompiled headers for %s: %s", prep.job.path, "; ".join(said) or "none wanted")
-    result = batch.run("compile", prep.job.problem, workdir, prep.build_dir, prep.job.path)
+    result = batch.run("compile", prep.job.problem, workdir, prep.build_dir, prep.candidate)
     outcome = ended_badly(result, batch.settings.limits.timeout_s, 0)
     memo.parent.mkdir(parents=True, exist_ok=True)
     if outcome is None and _published(workdir, prep):
@@ -216,20 +213,20 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     runs on the device the comparer holds its expected outputs on."""
     settings, problem = batch.settings, prep.job.problem
     server, comparisons = problems.server(problem), {}
-    child = batch.spawn(prep.workdir, prep.build_dir, problem, prep.job.path, on_message=_relay(batch, prep, server, comparisons))
+    child = batch.spawn(prep.workdir, prep.build_dir, problem, prep.candidate, on_message=_relay(batch, prep, server, comparisons))
     try:
         ref = server.ready(take)
     except ReferenceFailed as exc:
         child.finish(wait=False)
-        return _verdict(prep.job, prep.sha256, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
+        return _verdict(prep.job, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
     budget = run_budget(settings, ref)
     child.limits = budget.limits
-    child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.job.path), gate=lambda: take(server.gpu))
+    child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=lambda: take(server.gpu))
     result = child.finish()
     judged_at = time.monotonic()
     outcome = judge(result, ref, problem.meta, budget, comparisons)
     judge_s = time.monotonic() - judged_at
-    verdict = _verdict(prep.job, prep.sha256, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
+    verdict = _verdict(prep.job, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
     verdict.evidence.compile_s, verdict.evidence.cache_hit = build.get("seconds"), build.get("cache_hit")
     verdict.evidence.build_steps_s = build.get("steps") or {}
@@ -245,7 +242,7 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
 def _compile_failure(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict | None:
     """A failed compile is judged at once and waits for no device."""
     failed = ended_badly(compiled, batch.settings.limits.timeout_s, 0)
-    return _verdict(prep.job, prep.sha256, batch.settings, failed.status, evidence=failed.evidence) if failed else None
+    return _verdict(prep.job, batch.settings, failed.status, evidence=failed.evidence) if failed else None
 
 
 class _Dispatcher:

@@ -101,7 +101,7 @@ class ChildResult(BaseModel):
     @property
     def stage(self) -> str:
         stage = self.last("stage")
-        return stage["stage"] if stage else "startup"
+        return str(stage.get("stage")) if stage else "startup"  # a forged stage message names no stage: "None"
 
     def log_tail(self, chars: int = 6000) -> str:
         """The end of the log, read from the end: a candidate may have printed gigabytes."""

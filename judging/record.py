@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evaluator.contracts import Verdict
+from evaluator.contracts import CandidateJob, Verdict
 from reference_problems import Problem
 
 if TYPE_CHECKING:  # annotations only: the CLI's start-up must not load SQLAlchemy
@@ -27,21 +26,20 @@ def register_problem(database: Database, problem: Problem) -> None:
     database.upsert_problem(problem.name, problem.meta.level, str(problem.path), problem.sha256)
 
 
-def record_solution(database: Database, problem: Problem, path: Path, *, origin: str | None = None,
-                    model: str | None = None, parent_sha256: str | None = None) -> str:
-    """Store the candidate's source with its lineage; a parent named in the sidecar must be stored first."""
-    raw = path.read_bytes()
-    sha = hashlib.sha256(raw).hexdigest()
-    prov = provenance(path)
+def record_solution(database: Database, job: CandidateJob, *, origin: str | None = None, model: str | None = None,
+                    parent_sha256: str | None = None, seed_id: str | None = None) -> str:
+    """Store the job's bytes, under the hash they are judged by, with their lineage; a parent named in the sidecar
+    is stored first. What the sidecar says wins over `seed_id`."""
+    prov = provenance(job.path)
     parent = parent_sha256
     if parent is None and prov["parent"]:
-        parent_path = path.parent / prov["parent"]
-        parent = record_solution(database, problem, parent_path) if parent_path.is_file() else None
-    register_problem(database, problem)
-    database.upsert_solution(sha, problem.name, raw.decode(errors="replace"), path=str(path),
+        parent_path = job.path.parent / prov["parent"]
+        parent = record_solution(database, CandidateJob(path=parent_path, problem=job.problem)) if parent_path.is_file() else None
+    register_problem(database, job.problem)
+    database.upsert_solution(job.sha256, job.problem.name, job.text, path=str(job.path),
                              origin=origin or prov["origin"] or "submitted", model=model or prov["model"],
-                             seed_id=prov["seed_id"], parent_sha256=parent)
-    return sha
+                             seed_id=prov["seed_id"] or seed_id, parent_sha256=parent)
+    return job.sha256
 
 
 def record_verdict(database: Database, verdict: Verdict) -> int:

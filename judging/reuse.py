@@ -13,7 +13,7 @@ from judging.record import record_verdict
 
 if TYPE_CHECKING:
     from db import Database, EvaluationRow
-    from evaluator.runner import CandidateJob
+    from evaluator.contracts import CandidateJob
 
 NOT_REUSED = (Status.REFERENCE_ERROR.value,)  # kforge's side failed: no verdict on the code to reuse
 Backend = Callable[..., Iterator[Verdict]]
@@ -35,13 +35,12 @@ def verdict_from_row(row: EvaluationRow) -> Verdict:
                    cuda_version=row.cuda_version, wall_s=row.wall_s, **stats)
 
 
-def split_stored(database: Database, jobs: list[tuple[CandidateJob, str]], settings: EvalSettings,
+def split_stored(database: Database, jobs: list[CandidateJob], settings: EvalSettings,
                  rerun: bool = False) -> tuple[list[tuple[CandidateJob, Judged]], list[CandidateJob]]:
-    """(jobs whose code already has a verdict here, with it; jobs still to evaluate). Each job comes with the
-    sha256 its solution was recorded under."""
+    """(jobs whose code already has a verdict here, with it; jobs still to evaluate)."""
     where, reused, todo = device_name(settings.device), [], []
-    for job, sha in jobs:
-        row = None if rerun else database.find_evaluation(sha, where, settings.size)
+    for job in jobs:
+        row = None if rerun else database.find_evaluation(job.sha256, where, settings.size)
         if row and row.status not in NOT_REUSED:
             reused.append((job, Judged(verdict_from_row(row), row.id, True)))
         else:

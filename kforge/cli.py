@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Iterable, Optional
 import typer
 from rich.table import Table
 
-from evaluator.contracts import EvalSettings, Status
+from evaluator.contracts import CandidateJob, EvalSettings, Status
 from evaluator.static import check_source
 from judging.reuse import Backend, Judged, evaluate_and_record, split_stored
 from kforge import kernelbench, tables
@@ -27,7 +27,6 @@ from kforge.app import (DbOpt, DeviceOpt, JsonOpt, ProblemOpt, SizeOpt, UserErro
 
 if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands that use them, not at start-up
     from db import Database
-    from evaluator.runner import CandidateJob
 
 def backend_for(name: str, address: str | None) -> Backend:
     """The local evaluator (default) or the Ray one; the caller stores the verdicts either way."""
@@ -41,17 +40,18 @@ def backend_for(name: str, address: str | None) -> Backend:
     raise UserError(f"--backend must be local or ray, not '{name}'")
 
 
-def candidate_file(path: Path) -> Path:
-    """A readable .py text file; its contents are judged by the evaluator, not here."""
+def candidate_file(path: Path) -> tuple[Path, bytes]:
+    """A readable .py text file and its bytes, read once: the job carries them to the db and the evaluator."""
     if not path.is_file():
         raise UserError(f"no such file: {path}")
     if path.suffix != ".py":
         raise UserError(f"{path} is not a Python file (expected a .py candidate)")
+    raw = path.read_bytes()
     try:
-        path.read_bytes().decode("utf-8")
+        raw.decode("utf-8")
     except UnicodeDecodeError:
         raise UserError(f"{path} is not a Python file (not UTF-8 text)") from None
-    return path.resolve()
+    return path.resolve(), raw
 
 
 def problem_for(path: Path, problem: str | None) -> Problem:
@@ -78,8 +78,9 @@ def verdict_line(judged: Judged) -> dict:
 def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSettings, rerun: bool, progress: bool,
              backend: Backend | None = None) -> Iterable[dict]:
     """Reuse stored verdicts for unchanged code on the same device (unless rerun); evaluate and store the rest."""
-    recorded = [(job, kernelbench.record_solution(database, job.problem, job.path)) for job in jobs]
-    reused, todo = split_stored(database, recorded, settings, rerun)
+    for job in jobs:
+        kernelbench.record_solution(database, job)
+    reused, todo = split_stored(database, jobs, settings, rerun)
     for _, judged in reused:
         yield verdict_line(judged)
     with BatchProgress(err, len(todo), show=progress) as bar:
@@ -150,13 +151,11 @@ def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining Mod
            device: DeviceOpt = None, size: SizeOpt = "auto", rerun: Annotated[bool, typer.Option("--rerun")] = False,
            db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Evaluate one candidate file and store the verdict."""
-    path = candidate_file(file)
-    check = check_source(path.read_text())
+    path, raw = candidate_file(file)
+    check = check_source(raw.decode())
     if check.status and check.status.value == "invalid":
         raise UserError(f"{path.name}: {check.cause}: not a kforge candidate")
-    from evaluator.runner import CandidateJob
-
-    job = CandidateJob(path=path, problem=problem_for(path, problem))
+    job = CandidateJob(path=path, problem=problem_for(path, problem), source=raw)
     settings = eval_settings(device, size)
     lines = emit(run_jobs(open_db(db), [job], settings, rerun, progress=not as_json), as_json)
     if lines[0]["reused"] and not as_json:
@@ -166,8 +165,6 @@ def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining Mod
 def collect(directory: Path, problem: str | None) -> list[CandidateJob]:
     """Every .py under DIR whose folder names a problem, or that KernelBench named level_L_problem_P_sample_S_kernel.py
     (its problem imported by `kforge problems import`); all of them with --problem."""
-    from evaluator.runner import CandidateJob
-
     if not directory.is_dir():
         raise UserError(f"no such directory: {directory}")
     fixed = resolve_problem(problem) if problem else None

@@ -20,6 +20,7 @@ from reference_problems.registry import LEVEL_DIR
 
 if TYPE_CHECKING:  # annotations only: the CLI's start-up must not load SQLAlchemy
     from db import Database
+    from evaluator.contracts import CandidateJob
 
 SAMPLE_FILE = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py")
 PROBLEM_ID = re.compile(r"(\d+)_")  # levelL/NN_name.py
@@ -79,15 +80,12 @@ def problems_for(paths: Iterable[Path], problems: Iterable[Problem]) -> dict[Pat
     return found
 
 
-def record_solution(database: Database, problem: Problem, path: Path) -> str:
+def record_solution(database: Database, job: CandidateJob) -> str:
     """record.record_solution; a KernelBench sample is stored as origin 'generated', with its tag as seed_id."""
-    sample = sample_of(path)
+    sample = sample_of(job.path)
     if sample is None:
-        return record.record_solution(database, problem, path)
-    sha = record.record_solution(database, problem, path, origin="generated")
-    # record_solution takes no seed_id; upserting the stored row again fills that blank and overwrites nothing
-    database.upsert_solution(sha, problem.name, path.read_bytes().decode(errors="replace"), path=str(path), seed_id=sample.tag)
-    return sha
+        return record.record_solution(database, job)
+    return record.record_solution(database, job, origin="generated", seed_id=sample.tag)
 
 
 def fast_p(database: Database, thresholds: Iterable[float] = FAST_P, problem: str | None = None,

@@ -170,8 +170,10 @@ class Loop:
         """Store each file; code already judged on this device keeps its verdict (a resumed run compiles nothing
         twice); the rest is judged, each distinct file once, and every new verdict stored."""
         files = [c for c in drawn if c.path is not None]
-        recorded = [(CandidateJob(path=c.path, problem=problem), self._store(problem, c, parent)) for c in files]
-        reused, todo = split_stored(self.database, recorded, self.settings)
+        jobs = [CandidateJob(path=c.path, problem=problem, source=c.extraction.code.encode()) for c in files]
+        for job, c in zip(jobs, files):
+            self._store(job, c, parent)
+        reused, todo = split_stored(self.database, jobs, self.settings)
         verdicts = {job.path: judged.verdict for job, judged in reused}
         unreadable = {c.path: c.extraction for c in files if not c.extraction.ok}
         for job in todo:
@@ -186,11 +188,10 @@ class Loop:
             self.events("judged", c)
         return drawn
 
-    def _store(self, problem: Problem, c: Candidate, parent: Parent | None) -> str:
-        """The candidate's file as a solution; code already stored (the parent itself, an earlier answer) is no child
+    def _store(self, job: CandidateJob, c: Candidate, parent: Parent | None) -> None:
+        """The candidate's code as a solution; code already stored (the parent itself, an earlier answer) is no child
         of this parent, or lineage could loop."""
-        parent_sha = parent.sha256 if parent and self.database.get_solution(c.path.stem) is None else None
-        sha = record_solution(self.database, problem, c.path, origin="repair" if c.turn else "generated",
-                              model=self.provider.model, parent_sha256=parent_sha)
-        self.database.set_generation_solution(c.generation_id, sha)
-        return sha
+        parent_sha = parent.sha256 if parent and self.database.get_solution(job.sha256) is None else None
+        record_solution(self.database, job, origin="repair" if c.turn else "generated", model=self.provider.model,
+                        parent_sha256=parent_sha)
+        self.database.set_generation_solution(c.generation_id, job.sha256)
