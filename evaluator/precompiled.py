@@ -231,11 +231,11 @@ def predicted_builds(source: str) -> list[tuple[tuple[str, ...], bool]]:
 # -- the child's side -----------------------------------------------------------------------------------------
 
 class Headers:
-    """The precompiled headers under one build root, as one evaluator child uses them."""
+    """The precompiled headers under one build root, as one evaluator child uses them (read-only: the parent
+    builds them, evaluator/buildcache.py)."""
 
     def __init__(self, build_root: Path):
         self.root = Path(build_root)
-        self.log: list[str] = []
 
     def install(self) -> None:
         """Wrap load_inline and load: an eligible build gets `-I<variant directory>` appended to extra_cflags."""
