@@ -95,10 +95,8 @@ def _v2_under(parent: Path, is_root: bool) -> Path:
 
 
 def _v1_bases() -> dict[str, Path]:
-    bases = {}
-    for controller in _CONTROLLERS:
-        bases[controller] = _mount("cgroup", controller) / _own_cgroup(controller).lstrip("/")
-    return bases
+    """kforge's own cgroup in the v1 pids and memory hierarchies: v1 lets a cgroup with processes have children."""
+    return {c: _mount("cgroup", c) / _own_cgroup(c).lstrip("/") for c in _CONTROLLERS}
 
 
 @functools.cache
