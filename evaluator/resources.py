@@ -42,13 +42,13 @@ class _Layout:
     why: str = ""
 
 
-def _own_cgroup(hierarchy: str) -> str | None:
+def _own_cgroup(hierarchy: str) -> str:
     """kforge's path in a hierarchy, from /proc/self/cgroup ('' names the v2 one)."""
     for line in Path("/proc/self/cgroup").read_text().splitlines():
         _, names, path = line.split(":", 2)
         if (hierarchy == "" and names == "") or hierarchy in names.split(","):
             return path
-    return None
+    raise OSError(0, f"not in a cgroup {hierarchy or 'v2'} hierarchy")
 
 
 def _mount(fstype: str, option: str = "") -> Path:
@@ -95,13 +95,8 @@ def _v2_under(parent: Path, is_root: bool) -> Path:
 
 
 def _v1_bases() -> dict[str, Path]:
-    bases = {}
-    for controller in _CONTROLLERS:
-        own = _own_cgroup(controller)
-        if own is None:
-            raise OSError(0, f"no cgroup v1 {controller} hierarchy")
-        bases[controller] = _mount("cgroup", controller) / own.lstrip("/")
-    return bases
+    """kforge's own cgroup in the v1 pids and memory hierarchies: v1 lets a cgroup with processes have children."""
+    return {c: _mount("cgroup", c) / _own_cgroup(c).lstrip("/") for c in _CONTROLLERS}
 
 
 @functools.cache
@@ -112,8 +107,8 @@ def layout() -> _Layout:
         try:
             where = _Layout(version, find())
             Cgroup.make(where, processes=8, memory_mb=64).close()
-        except (OSError, TypeError) as exc:
-            reasons.append(f"v{version}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")
+        except OSError as exc:
+            reasons.append(f"v{version}: {exc.strerror or exc}")
             continue
         if version == 2:
             atexit.register(_rmdir, where.bases["unified"])
