@@ -257,6 +257,13 @@ def _report(case: _Case) -> TimingReport | None:
         cpu_threads=settings.cpu_threads if settings.device == "cpu" else None)
 
 
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def _malformed(exc: Exception, result: ChildResult) -> Outcome:
+    return _cheat("forged_messages", f"a malformed harness message ({type(exc).__name__}: {exc})", result.stage)
+
+
 _CHECKS = (_channel, _caught_in_child, _ended, _trials, _probe, _kernel, _leak, _timing)
 
 
@@ -266,9 +273,12 @@ def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: Eval
     case = _Case(result, ref, meta, settings, comparisons)
     try:
         found = next(filter(None, (check(case) for check in _CHECKS)), None)
+    except _MALFORMED as exc:
+        return _malformed(exc, result)
+    try:
         report = _report(case)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        return _cheat("forged_messages", f"a malformed harness message ({type(exc).__name__}: {exc})", result.stage)
+    except _MALFORMED as exc:  # a forged timing message: a verdict found already stands, without the report
+        return found or _malformed(exc, result)
     if found:
         found.evidence.timing = report
         return found
