@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 import timeit
 
@@ -125,3 +127,34 @@ def test_paired_ratios_cancel_what_slows_both_sides_and_separate_medians_do_not(
     assert abs(apart - 2.0) > 0.5
     with pytest.raises(ValueError):
         paired_ratio(reference, candidate[1:])  # unpaired blocks
+
+
+_FAULTS = """
+import resource, sys, torch
+from evaluator.child import _steady_malloc
+if sys.argv[1] == "steady":
+    _steady_malloc()
+x = torch.randn(64, 4096)
+def eager():  # scale_bias_hardswish's reference at its small size: four 1 MiB temporaries per call
+    y = x * 0.5 + 1.0
+    return y * torch.clamp(y + 3.0, 0.0, 6.0) / 6.0
+for _ in range(20):
+    eager()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(100):
+    eager()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 100)
+"""
+
+
+def test_cpu_children_reuse_memory_instead_of_faulting_it_in_every_call():
+    """glibc's malloc hands a megabyte-sized block out from fresh mmap'd pages while its adaptive threshold is
+    low (forced here: that was the slow mode of the bimodal CPU speedups, ~1000 page faults per call); the
+    child's fixed thresholds take it from the reused heap."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+
+    def faults(mode: str) -> float:
+        run = subprocess.run([sys.executable, "-c", _FAULTS, mode], env=env, capture_output=True, text=True, timeout=120)
+        return float(run.stdout.strip() or run.stderr)
+
+    assert faults("low") > 200 and faults("steady") < 5
