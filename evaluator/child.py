@@ -10,6 +10,7 @@ whether it tampers with the harness (guard.py).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import sys
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from evaluator import comparer, confine, extensions, guard, hardware, introspect, leaks, loading, precompiled, timing, trials
+from evaluator import (comparer, confine, extensions, floor, guard, hardware, introspect, leaks, loading, precompiled,
+                       timing, trials)
 from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, IntrospectRequest, Leaks,
                                 Memory, Message, Outputs, Probe, Ready, ReferenceRequest, Request, Stage, Timing, Trials,
                                 read_request)
@@ -41,6 +43,21 @@ def _strict_fp32() -> None:
     torch.set_float32_matmul_precision("highest")
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (glibc's malloc.h)
+
+
+def _steady_malloc() -> None:
+    """Fix glibc malloc's thresholds, which otherwise adapt at run time: in some processes a call's megabyte-sized
+    temporaries came from fresh mmap'd pages every call (~1000 page faults per call, 16-20 ms) and in others from
+    the reused heap (0.5 ms), for the same eager code: the bimodal CPU speedups of issue 19. Blocks up to glibc's
+    largest threshold (32 MiB) now always come from the heap, and freed memory is not handed back to the kernel
+    (a leak still grows in both leak windows). Both roles, so reference and candidate allocate alike."""
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # not glibc (musl): its malloc does not adapt
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, 32 * 2**20)
+        mallopt(_M_TRIM_THRESHOLD, 2**30)
+
+
 def _environment(device: str, confined: bool) -> Env:
     layers = json.loads(os.environ.get("KFORGE_JAIL") or '{"jail": "off: not started in the jail"}')
     layers["seccomp"] = "on" if confined else "off: not x86-64, or not permitted"
@@ -52,18 +69,33 @@ def _sync(device: str):
     return torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
 
-class _Keeper:
-    """on_rep hook of the timed loop: snapshots the outputs of the rep at a secret position among those sure to
-    run, and of every rep that may be the last (each replaces the one before)."""
+_CHECKED_REPS = 3  # timed reps at secret positions whose outputs are checked, besides the last one
 
-    def __init__(self, fraction: float):
-        self.fraction = fraction
+
+class _Keeper:
+    """on_rep hook of the timed loop: snapshots the outputs of _CHECKED_REPS reps at secret positions among those
+    sure to run, and of every rep that may be the last (each replaces the one before), under the label of the
+    inputs they were computed from."""
+
+    def __init__(self, fraction: float, label):
+        self.fraction, self.label = fraction, label
         self.kept: dict[str, list] = {}
+        self.last: dict[str, list] = {}
 
     def __call__(self, i: int, least: int, checkpoint: bool, out) -> None:
-        for label, due in (("timed_rep", i == int(self.fraction * least)), ("timed_last", checkpoint)):
-            if due:
-                self.kept[label] = trials.snapshot(trials.as_tensors(out))
+        secret = i in {int((self.fraction + k / _CHECKED_REPS) % 1 * least) for k in range(_CHECKED_REPS)}
+        if not (secret or checkpoint):
+            return
+        outputs = {self.label(): trials.snapshot(trials.as_tensors(out))}
+        if secret:
+            self.kept.update(outputs)
+        if checkpoint:
+            self.last = outputs
+
+    def take(self) -> dict[str, list]:
+        """The snapshots, handed over once (the keeper keeps none of them)."""
+        taken, self.kept, self.last = self.kept | self.last, {}, {}
+        return taken
 
 
 def _bench(call, req: CandidateRequest | ReferenceRequest, **hooks) -> list[float]:
@@ -72,18 +104,26 @@ def _bench(call, req: CandidateRequest | ReferenceRequest, **hooks) -> list[floa
         return timing.bench(call, req.device, t.warmup_ms, t.rep_ms, t.min_reps, t.max_reps, rel_ci=t.rel_ci, **hooks)
 
 
-def _time(chan: Channel, req: CandidateRequest | ReferenceRequest, call, **hooks) -> None:
-    """Times the model; the parent clocks the timed loop from the `timed` stage message to the samples."""
+def _time(chan: Channel, req: CandidateRequest | ReferenceRequest, call, fresh: trials.FreshInputs, **hooks) -> None:
+    """Times the model on fresh inputs; the parent clocks the timed loop from the `timed` stage message to the
+    samples."""
     chan.send(Stage(stage="timing"))
-    samples = _bench(call, req, mark=lambda: chan.send(Stage(stage="timed")), **hooks)
-    chan.send(Timing(which="model", samples=samples))
+    untimed: list[int] = []
+
+    def mark(calls: int) -> None:
+        untimed.append(calls)
+        chan.send(Stage(stage="timed"))
+
+    samples = _bench(call, req, mark=mark, fresh=fresh, **hooks)
+    chan.send(Timing(which="model", samples=samples, untimed_calls=untimed[0], fresh_inputs=fresh.policy()))
 
 
-def _probe(req: CandidateRequest, model, problem, inputs: list, before: list[int], kept: dict[str, list], save) -> Probe:
+def _probe(req: CandidateRequest, model, problem, fresh: trials.FreshInputs, changed: bool, kept: dict[str, list],
+           save) -> Probe:
     """Outputs of timed calls, then one more call after fresh data was written into the same input tensors."""
     device = req.device
     _sync(device)()
-    changed = trials.fingerprint(inputs) != before
+    inputs, changed = fresh.inputs, changed or fresh.changed()
     outputs = {label: save(outs, label) for label, outs in kept.items()}
     kept.clear()
     if trials.refill(inputs, problem, req.verify_seed, device):
@@ -116,17 +156,18 @@ def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: 
     chan.send(Trials(trials=report))
     check("correctness")
     inputs = trials.make_inputs(problem, req.timing_seed, device)
-    before = trials.fingerprint(inputs)
+    fresh = trials.FreshInputs(inputs, problem, req.timing_seed, device)
     call = lambda: model(*inputs)  # noqa: E731
     chan.send(Stage(stage="leak"))
     chan.send(Leaks(growth=leaks.measure_growth(call, device, req.leak_calls)))
     check("leak")
     if req.timing.enabled:
-        keeper = _Keeper(req.probe_fraction)
-        _time(chan, req, call, on_rep=keeper)
+        changed = fresh.changed()  # by the leak check's calls: the fills below overwrite the inputs
+        keeper = _Keeper(req.probe_fraction, fresh.label)
+        _time(chan, req, call, fresh, on_rep=keeper)
         check("timing")
         chan.send(Stage(stage="probe"))
-        chan.send(_probe(req, model, problem, inputs, before, keeper.kept, save))
+        chan.send(_probe(req, model, problem, fresh, changed, keeper.take(), save))
         check("probe")
     _memory(chan, device)
 
@@ -146,18 +187,21 @@ def _run_reference(chan: Channel, req: ReferenceRequest, model, problem, request
     chan.send(Stage(stage="correctness"))
     report = trials.run_trials(model, problem, req.seeds, device, expected.keep, _sync(device))
     chan.send(Trials(trials=report))
+    flops = None
     if req.timing.enabled:
         inputs = trials.make_inputs(problem, req.timing_seed, device)
-        _time(chan, req, lambda: model(*inputs))
+        flops = floor.count_flops(model, inputs)
+        fresh = trials.FreshInputs(inputs, problem, req.timing_seed, device)  # timed as the candidate is
+        _time(chan, req, lambda: model(*inputs), fresh)
         if req.compile_baseline:
             compiled = torch.compile(model)
-            chan.send(Timing(which="compiled", samples=_bench(lambda: compiled(*inputs), req)))
-        del inputs
+            chan.send(Timing(which="compiled", samples=_bench(lambda: compiled(*inputs), req, fresh=fresh)))
+        del inputs, fresh
     _memory(chan, device)
     judge = comparer.Comparer(expected, req.atol, req.rtol)
     audit = judge.audit() if req.audit else []
     chan.send(Stage(stage="serving"))
-    chan.send(Ready(footprint=_footprint(device, expected), audit=audit))
+    chan.send(Ready(footprint=_footprint(device, expected), audit=audit, flops=flops))
     comparer.serve(chan, requests, judge)
 
 
@@ -179,6 +223,7 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
     _strict_fp32()
     if device == "cpu":
         torch.set_num_threads(req.cpu_threads)  # reference and candidate get the same cores
+        _steady_malloc()
     chan.send(_environment(device, confined))
     problem = loading.load_problem(Path(req.problem_path), req.overrides)
     if isinstance(req, ReferenceRequest):

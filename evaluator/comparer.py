@@ -20,7 +20,9 @@ from evaluator.protocol import COMPARER_OP, Audit, Audited, Close, Compare, Comp
 
 
 class Expected:
-    """The reference's outputs per label: resident while they fit in `budget` bytes, else recomputed."""
+    """The reference's outputs per label: resident while they fit in `budget` bytes, else recomputed. A timed
+    call's label ("timed_<rep>") names inputs made from its own seed (trials.rep_seed of the timing seed):
+    recomputed when asked for, described like the timing call's."""
 
     def __init__(self, model, problem: ModuleType, seeds: dict[str, int], device: str, budget: int):
         self.model, self.problem, self.seeds, self.device, self.budget = model, problem, seeds, device, budget
@@ -44,7 +46,18 @@ class Expected:
             return trials.as_tensors(self.model(*self.inputs(label)))
 
     def inputs(self, label: str) -> list:
-        return trials.make_inputs(self.problem, self.seeds[label], self.device)
+        rep = trials.timed_rep(label)
+        seed = self.seeds[label] if rep is None else trials.rep_seed(self.seeds["timing"], rep)
+        return trials.make_inputs(self.problem, seed, self.device)
+
+    def described(self, label: str) -> list[dict]:
+        return self.meta["timing" if trials.timed_rep(label) is not None else label]
+
+    def others(self, label: str) -> list[str]:
+        """What a mismatching output may be instead: every other call the reference ran, and for a timed call
+        the call before it (a result that lags one call behind)."""
+        rep = trials.timed_rep(label)
+        return [other for other in self.meta if other != label] + ([f"{trials.TIMED}{rep - 1}"] if rep else [])
 
 
 def _received(request: Compare, opened: ipc.Opened) -> list:
@@ -78,7 +91,7 @@ class Comparer:
 
     def _against(self, got: list, got_meta: list[dict], label: str, trial: int) -> Comparison:
         exp = self.expected
-        return judge_outputs(trial, exp.outputs(label), exp.meta[label], got, got_meta, self.atol, self.rtol, exp.device)
+        return judge_outputs(trial, exp.outputs(label), exp.described(label), got, got_meta, self.atol, self.rtol, exp.device)
 
     def compare(self, request: Compare) -> Compared:
         """One handed-over call: its comparison with the expected label, and on a mismatch the other label it
@@ -89,8 +102,8 @@ class Comparer:
             result = self._against(got, request.outputs, request.expected, request.trial)
             stale = ""
             if result.mismatch is not None:
-                stale = next((other for other in self.expected.meta if other != request.expected
-                              and not self._against(got, request.outputs, other, -1).mismatch), "")
+                stale = next((other for other in self.expected.others(request.expected)
+                              if not self._against(got, request.outputs, other, -1).mismatch), "")
         except (OSError, ValueError, KeyError, TypeError, ipc.IpcError, RuntimeError) as exc:
             return Compared(which=request.label, error=f"{type(exc).__name__}: {str(exc)[:300]}")
         finally:

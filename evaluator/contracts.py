@@ -109,6 +109,23 @@ class TimingStats(BaseModel):
     median_ci_high_ms: float | None = None
 
 
+class TimingReport(BaseModel):
+    """How the times behind a verdict were taken: enough to redo them, or to doubt them."""
+
+    method: str  # "cuda_events+l2_flush" or "perf_counter"
+    calls: int  # the candidate's timed calls
+    reference_calls: int | None = None
+    untimed_calls: int = 0  # the candidate's calls before them: the estimate's and the warmup's
+    warmup_ms: float = 0.0
+    l2_flush: str = ""
+    fresh_inputs: str = ""  # the policy the candidate's inputs were timed under
+    checked_calls: list[int] = Field(default_factory=list)  # timed calls whose outputs the comparer checked
+    speedup_interval: list[float] | None = None  # [low, high], 95 %
+    interval: str = ""  # how that interval was found
+    floor: str = ""  # the physical floor the median was held to, worked out, or why there was none
+    cpu_threads: int | None = None
+
+
 class Mismatch(BaseModel):
     """Where a candidate's output differs most from the reference's."""
 
@@ -141,6 +158,7 @@ class Evidence(BaseModel):
     stage_s: dict[str, float] = Field(default_factory=dict)  # wall seconds: the compile child, then each run stage
     gpu: str | None = None  # the CUDA device id (as in CUDA_VISIBLE_DEVICES) the candidate ran on
     sandbox: dict[str, str] = Field(default_factory=dict)  # layer -> "on ..." or "off: why", as the child ran
+    timing: TimingReport | None = None
     notes: list[str] = Field(default_factory=list)
 
 

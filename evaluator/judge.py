@@ -13,16 +13,16 @@ import signal
 from dataclasses import dataclass, field
 
 from evaluator import diagnose
-from evaluator.contracts import EvalSettings, Evidence, Mismatch, Status, TimingStats
-from evaluator.hardware import device_name, peak
+from evaluator.contracts import EvalSettings, Evidence, Mismatch, Status, TimingReport, TimingStats
+from evaluator.floor import FACTOR, Floor, floor, impossible
+from evaluator.hardware import cpu_peak, device_name, peak
 from evaluator.protocol import Cheat, Error, Kernels, Leaks, Probe, Trials
 from evaluator.sandbox import ChildResult
-from evaluator.timing import implausible, method_name, summarize
+from evaluator.timing import flush_policy, implausible, method_name, ratio_interval, summarize
+from evaluator.trials import timed_rep
 from reference_problems import ProblemMeta
 
 _LEAK_MIN_BYTES = {"host_rss": 16 * 2**20, "cuda_allocated": 2**20, "cuda_reserved": 2**20, "cuda_driver_used": 8 * 2**20}
-HANDED_PROBES = {"timed_rep": "timing", "timed_last": "timing", "verify": "verify"}  # probe label -> expected label
-_FLOOR_FACTOR = 0.5  # a median below half the bandwidth floor is impossible, not just fast
 
 
 @dataclass
@@ -37,6 +37,7 @@ class Reference:
     footprint: int = 0  # bytes the comparer holds on its device (host bytes on CPU)
     audit: list[dict] = field(default_factory=list)
     run_s: float = 0.0  # the reference child's seconds from its request to ready: what a candidate's budget follows
+    flops: int | None = None  # of one call on the timing inputs, counted by torch's FlopCounterMode in the child
 
     @property
     def max_input_numel(self) -> int:
@@ -52,6 +53,15 @@ class Outcome:
 
 def _cheat(exploit: str, cause: str, stage: str = "", **kw) -> Outcome:
     return Outcome(Status.CHEAT, Evidence(exploit=exploit, stage=stage, cause=f"cheat: {cause}", **kw))
+
+
+def harness_call(label: str, meta: dict) -> bool:
+    """Whether a handed-over call's label names a call the harness makes and the comparer has expected outputs
+    for (under that label): a trial, a timed call (inputs from its own seed, shaped as the timing call's), or
+    the call on fresh data after timing."""
+    if timed_rep(label) is not None:
+        return "timing" in meta
+    return (label.startswith("trial_") or label == "verify") and label in meta
 
 
 def timings(result: ChildResult, device: str) -> dict[str, TimingStats]:
@@ -152,7 +162,7 @@ def _trials(case: _Case) -> Outcome | None:
     labels = [f"trial_{i}" for i in range(case.settings.trials)]
     if sorted(report) != sorted(labels):
         return _cheat("forged_messages", f"the trials message reports {sorted(report)}, not the trials run", "correctness")
-    if unexpected := sorted(set(case.comparisons) - set(labels) - set(HANDED_PROBES)):
+    if unexpected := sorted(label for label in set(case.comparisons) - set(labels) if not harness_call(label, case.ref.meta)):
         return _cheat("forged_messages", f"outputs handed over for calls the harness never makes: {unexpected}", "correctness")
     for trial, label in enumerate(labels):
         entry = report[label]
@@ -169,9 +179,10 @@ def _probe(case: _Case) -> Outcome | None:
         return None
     if probe.inputs_changed:
         return _cheat("input_mutation", "forward() modified its inputs during the leak check or timing", "timing")
-    what = {"timed_rep": "a timed call", "timed_last": "the last timed call", "verify": "a call after new data was written into the same input tensors"}
     for label in probe.outputs:
-        if found := case.judge_call(label, -1, f"{what[label]} (after the trials passed)"):
+        rep = timed_rep(label)
+        what = "a call after new data was written into the same input tensors" if rep is None else f"timed call {rep}"
+        if found := case.judge_call(label, -1, f"{what} (after the trials passed)"):
             return found
     return None
 
@@ -202,30 +213,60 @@ def _leak(case: _Case) -> Outcome | None:
     return Outcome(Status.LEAK, Evidence(stage="leak", leaked_bytes=leaked, cause=cause))
 
 
-def _floor_ms(case: _Case) -> tuple[float, int, float] | None:
-    """(floor, bytes, bandwidth): the time just moving the problem's bytes takes at the device's peak."""
-    device_peak = peak(device_name(case.settings.device)) if case.settings.device == "cuda" else None
+def physical_floor(ref: Reference, meta: ProblemMeta, settings: EvalSettings) -> Floor | str:
+    """The floor a candidate's median is held to, or why there is none. Bytes: the problem's declared
+    bytes_moved at full size, else the timing call's inputs and outputs; FLOPs: counted on the reference."""
+    device_peak = peak(device_name("cuda")) if settings.device == "cuda" else cpu_peak()
     if device_peak is None:
-        return None
-    bandwidth = device_peak.bytes_per_s
-    declared = case.meta.bytes_moved if case.settings.size == "full" else None
-    nbytes = declared or case.ref.trials["timing"]["io_bytes"]
-    return nbytes / bandwidth * 1e3, nbytes, bandwidth
+        return f"none: no peaks known for {device_name(settings.device)} (evaluator.hardware.PEAKS)"
+    declared = meta if settings.size == "full" else None
+    nbytes = (declared and declared.bytes_moved) or ref.trials["timing"]["io_bytes"]
+    found = floor(ref.flops or (declared and declared.flops), nbytes, device_peak)
+    return found or (f"none: no FLOPs counted (torch's counter knows matmuls and convolutions) and no bandwidth "
+                     f"peak for {device_peak.source}")
+
+
+def _timed(result: ChildResult) -> dict | None:
+    return next((m for m in result.messages if m.get("event") == "timing" and m.get("which") == "model"), None)
 
 
 def _timing(case: _Case) -> Outcome | None:
-    """Impossible timings: faster than the memory-bandwidth floor, or not matching the parent's wall-clock."""
+    """Impossible timings: faster than the device's peaks allow, or not matching the parent's wall-clock."""
     result, device = case.result, case.settings.device
-    model = next((m for m in result.messages if m.get("event") == "timing" and m.get("which") == "model"), None)
+    model = _timed(result)
     if model is None:
         return None
-    median, floor = summarize(model["samples"], method_name(device)).median_ms, _floor_ms(case)
-    if floor and median < _FLOOR_FACTOR * floor[0]:
-        return _cheat("bandwidth_floor", f"median {median:.4g} ms is faster than the memory-bandwidth floor: "
-                                         f"{floor[1]:,} bytes at {floor[2] / 1e12:.3g} TB/s need {floor[0]:.4g} ms", "timing")
+    median, found = summarize(model["samples"], method_name(device)).median_ms, physical_floor(case.ref, case.meta, case.settings)
+    if isinstance(found, Floor) and (cause := impossible(median, found)):
+        return _cheat(found.exploit, cause, "timing")
     start = result.arrival("stage", stage="timed")
     problem = implausible(model["samples"], model["_t"] - start, device) if start is not None else "timings without a timed loop"
     return _cheat("timer_escape", problem, "timing") if problem else None
+
+
+def _report(case: _Case) -> TimingReport | None:
+    """How the candidate was timed, for every verdict whose child got that far."""
+    model, settings = _timed(case.result), case.settings
+    if model is None:
+        return None
+    found, ref = physical_floor(case.ref, case.meta, settings), case.ref.timing
+    mine = summarize(model["samples"], method_name(settings.device))
+    probe = case.result.last("probe") or {"outputs": {}}
+    return TimingReport(
+        method=mine.method, calls=mine.reps, reference_calls=ref.reps if ref else None, untimed_calls=model["untimed_calls"],
+        warmup_ms=settings.warmup_ms, l2_flush=flush_policy(settings.device), fresh_inputs=model["fresh_inputs"],
+        checked_calls=sorted(rep for rep in map(timed_rep, probe["outputs"]) if rep is not None),
+        speedup_interval=ratio_interval(ref, mine) if ref else None,
+        interval="from the two medians' 95 % intervals (reference and candidate timed apart)",
+        floor=found if isinstance(found, str) else f"{FACTOR:g} x {found.ms:.4g} ms ({found.bound}): {found.arithmetic}",
+        cpu_threads=settings.cpu_threads if settings.device == "cpu" else None)
+
+
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def _malformed(exc: Exception, result: ChildResult) -> Outcome:
+    return _cheat("forged_messages", f"a malformed harness message ({type(exc).__name__}: {exc})", result.stage)
 
 
 _CHECKS = (_channel, _caught_in_child, _ended, _trials, _probe, _kernel, _leak, _timing)
@@ -236,12 +277,17 @@ def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: Eval
     cannot read was written by the candidate: a verdict, never a crash of kforge."""
     case = _Case(result, ref, meta, settings, comparisons)
     try:
-        for check in _CHECKS:
-            if found := check(case):
-                return found
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        return _cheat("forged_messages", f"a malformed harness message ({type(exc).__name__}: {exc})", result.stage)
-    evidence = Evidence(max_abs_err=case.max_abs_err, tolerance_used=case.tolerance_used,
+        found = next(filter(None, (check(case) for check in _CHECKS)), None)
+    except _MALFORMED as exc:
+        return _malformed(exc, result)
+    try:
+        report = _report(case)
+    except _MALFORMED as exc:  # a forged timing message: a verdict found already stands, without the report
+        return found or _malformed(exc, result)
+    if found:
+        found.evidence.timing = report
+        return found
+    evidence = Evidence(max_abs_err=case.max_abs_err, tolerance_used=case.tolerance_used, timing=report,
                         cause=f"correct in {settings.trials} trials (max abs err {case.max_abs_err:.3g}, "
                               f"{case.tolerance_used:.2g} of the tolerance)")
     return Outcome(Status.CORRECT, evidence, timings(result, settings.device).get("model"))

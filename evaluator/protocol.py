@@ -208,6 +208,8 @@ class Timing(Message):
     event: Literal["timing"] = "timing"
     which: str  # model, compiled
     samples: list[float]
+    untimed_calls: int = 0  # calls made before the timed loop began (warmup, estimate)
+    fresh_inputs: str = ""  # how the inputs were refreshed between calls (trials.FreshInputs.policy)
 
 
 class Probe(Message):
@@ -255,6 +257,7 @@ class Ready(Message):
     event: Literal["ready"] = "ready"
     footprint: int
     audit: list[dict[str, Any]]
+    flops: int | None = None  # of one call on the timing inputs (torch's FlopCounterMode), for the physical floor
 
 
 class Compared(Message):

@@ -17,7 +17,7 @@ from evaluator import buildcache
 from evaluator.batch import Batch, build_key
 from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Verdict
 from evaluator.hardware import device_name
-from evaluator.judge import HANDED_PROBES, Outcome, Reference, ended_badly, judge
+from evaluator.judge import Outcome, Reference, ended_badly, harness_call, judge
 from evaluator.protocol import Ack
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
 from evaluator.sandbox import ChildResult
@@ -73,8 +73,9 @@ def _speed(outcome: Outcome, ref: Reference) -> dict:
     if outcome.status is not Status.CORRECT or timing is None:
         return {}
     speedup = ref.timing.median_ms / timing.median_ms if ref.timing else None
+    interval = outcome.evidence.timing and outcome.evidence.timing.speedup_interval
     if speedup:
-        outcome.evidence.cause += f"; {speedup:.3g}x vs eager"
+        outcome.evidence.cause += f"; {speedup:.3g}x vs eager" + (f" (95 %: {interval[0]:.3g}-{interval[1]:.3g}x)" if interval else "")
     return {"candidate": timing, "reference": ref.timing, "compiled_reference": ref.compiled, "speedup": speedup,
             "speedup_vs_compile": ref.compiled.median_ms / timing.median_ms if ref.compiled else None}
 
@@ -183,15 +184,14 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
         if message.get("event") != "outputs":
             return None
         label = str(message.get("which"))
-        expected = label if label.startswith("trial_") else HANDED_PROBES.get(label)
-        path = prep.workdir / "out" / f"{label}{OUTPUT_SUFFIX}" if batch.settings.device == "cpu" else None
         if label in comparisons:
             return Ack(ack=label)  # a repeated handoff: the channel check names it
-        if expected is None or expected not in server.reference.meta:
+        if not harness_call(label, server.reference.meta):  # nor a file name kforge would remove
             comparisons[label] = {"error": f"outputs for {label!r}, a call the harness never makes"}
-        else:
-            trial = int(label.removeprefix("trial_")) if label.startswith("trial_") else -1
-            comparisons[label] = server.compare(label, expected, trial, message.get("outputs"), path)
+            return Ack(ack=label)
+        path = prep.workdir / "out" / f"{label}{OUTPUT_SUFFIX}" if batch.settings.device == "cpu" else None
+        trial = int(label.removeprefix("trial_")) if label.startswith("trial_") else -1
+        comparisons[label] = server.compare(label, label, trial, message.get("outputs"), path)
         if path is not None:
             path.unlink(missing_ok=True)
         return Ack(ack=label)

@@ -18,19 +18,25 @@ _CPU_MIN_SHARE = 0.25  # on CPU the samples must cover at least this share of th
 _ROUND, _MIN_FOR_INTERVAL = 10, 20  # reps between looks at the median's interval; reps before the first look
 
 
-def _estimate_ms(fn: Callable, sync: Callable) -> float:
-    sync()
-    start = time.perf_counter()
+def _estimate_ms(fn: Callable, sync: Callable, untimed: Callable[[], None]) -> float:
+    """A call's time from 3 calls, each on fresh inputs like the timed ones (a cache must not shorten it)."""
+    total = 0.0
     for _ in range(3):
+        untimed()
+        sync()
+        start = time.perf_counter()
         fn()
-    sync()
-    return max((time.perf_counter() - start) * 1e3 / 3, 1e-4)
+        sync()
+        total += time.perf_counter() - start
+    return max(total * 1e3 / 3, 1e-4)
 
 
-def _cuda_round(fn: Callable, first: int, n: int, flush: torch.Tensor, least: int, on_rep: Callable) -> list[float]:
+def _cuda_round(fn: Callable, first: int, n: int, flush: torch.Tensor, least: int, on_rep: Callable,
+                fresh: Callable[[int], None]) -> list[float]:
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     for k, (start, end) in enumerate(zip(starts, ends)):
+        fresh(first + k)  # stream-ordered before the flush: the new inputs do not sit in L2 either
         flush.zero_()  # evict the previous call's data from L2 so every rep starts cold
         start.record()
         out = fn()
@@ -41,9 +47,10 @@ def _cuda_round(fn: Callable, first: int, n: int, flush: torch.Tensor, least: in
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def _cpu_round(fn: Callable, first: int, n: int, least: int, on_rep: Callable) -> list[float]:
+def _cpu_round(fn: Callable, first: int, n: int, least: int, on_rep: Callable, fresh: Callable[[int], None]) -> list[float]:
     samples = []
     for k in range(n):
+        fresh(first + k)
         start = time.perf_counter()
         out = fn()
         samples.append((time.perf_counter() - start) * 1e3)
@@ -59,6 +66,15 @@ def median_interval(samples: list[float]) -> tuple[float, float]:
     return ordered[max(0, math.floor(n / 2 - half))], ordered[min(n - 1, math.ceil(n / 2 + half) - 1)]
 
 
+def paired_ratio(reference_blocks: list[list[float]], candidate_blocks: list[list[float]]) -> tuple[float, float, float]:
+    """(speedup, low, high) from interleaved blocks: block k of each side was timed right beside the other's, so
+    what slowed the machine then (another process, a clock change) slowed both, and the ratio of their medians
+    cancels it. The median of the per-pair ratios, with its 95 % interval by order statistics."""
+    ratios = [statistics.median(r) / statistics.median(c) for r, c in zip(reference_blocks, candidate_blocks, strict=True)]
+    low, high = median_interval(ratios)
+    return statistics.median(ratios), low, high
+
+
 def _tight(samples: list[float], rel_ci: float) -> bool:
     low, high = median_interval(samples)
     median = statistics.median(samples)
@@ -70,32 +86,44 @@ def _ignore(*_args) -> None:
 
 
 def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int,
-          flush_l2: bool = True, mark: Callable[[], None] = _ignore, on_rep: Callable = _ignore,
-          rel_ci: float | None = None) -> list[float]:
+          flush_l2: bool = True, mark: Callable[[int], None] = _ignore, on_rep: Callable = _ignore,
+          rel_ci: float | None = None, fresh: Callable[[int], None] = _ignore) -> list[float]:
     """Per-call times in ms: warm up for warmup_ms, then repeat for about rep_ms (within [min_reps, max_reps]).
     With rel_ci, stop earlier, at the end of a round of _ROUND reps, once at least _MIN_FOR_INTERVAL (and
     min_reps) were taken and the median's 95 % interval is within +-rel_ci of it: a steady kernel is timed in
     tens of reps instead of a second.
 
-    mark() runs just before the timed reps (the parent clocks the loop from it); on_rep(i, least, checkpoint,
-    output) runs after each rep's timer stopped, outside the timed region: `least` reps will run whatever the
-    interval says, and `checkpoint` marks a rep that may be the last (the child snapshots outputs there).
+    fresh(i) runs before every call, outside the timed region (on CUDA before the L2 flush): i >= 0 is timed
+    rep i, a negative i an untimed call (estimate, warmup); the caller writes new input values there.
+    mark(untimed_calls) runs just before the timed reps (the parent clocks the loop from it); on_rep(i, least,
+    checkpoint, output) runs after each rep's timer stopped, outside the timed region: `least` reps will run
+    whatever the interval says, and `checkpoint` marks a rep that may be the last (the child snapshots
+    outputs there).
     """
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    estimate = _estimate_ms(fn, sync)
+    untimed_calls = 0
+
+    def untimed() -> None:
+        nonlocal untimed_calls
+        untimed_calls += 1
+        fresh(-untimed_calls)
+
+    estimate = _estimate_ms(fn, sync, untimed)
     for _ in range(max(1, int(warmup_ms / estimate))):
+        untimed()
         fn()
     sync()
     most = min(max_reps, max(min_reps, int(rep_ms / estimate)))
     least = most if rel_ci is None else min(most, max(min_reps, _MIN_FOR_INTERVAL))
     flush = torch.empty(_L2_FLUSH_BYTES if flush_l2 else 0, dtype=torch.int8, device="cuda") if cuda else None
-    mark()
+    mark(untimed_calls)
     samples: list[float] = []
     while len(samples) < most:
         n = most - len(samples) if rel_ci is None else min(_ROUND, most - len(samples))
         first = len(samples)
-        samples += _cuda_round(fn, first, n, flush, least, on_rep) if cuda else _cpu_round(fn, first, n, least, on_rep)
+        samples += (_cuda_round(fn, first, n, flush, least, on_rep, fresh) if cuda
+                    else _cpu_round(fn, first, n, least, on_rep, fresh))
         if rel_ci is not None and len(samples) >= least and _tight(samples, rel_ci):
             break
     return samples
@@ -117,6 +145,19 @@ def summarize(samples: list[float], method: str) -> TimingStats:
 
 def method_name(device: str) -> str:
     return "cuda_events+l2_flush" if device == "cuda" else "perf_counter"
+
+
+def flush_policy(device: str) -> str:
+    return f"{_L2_FLUSH_BYTES // 2**20} MiB zeroed before every timed call" if device == "cuda" else "none (CPU)"
+
+
+def ratio_interval(reference: TimingStats, candidate: TimingStats) -> list[float] | None:
+    """The speedup's 95 % interval from two medians timed apart: the far ends of their own intervals
+    (conservative: both would have to be off in opposite directions at once)."""
+    ends = (reference.median_ci_low_ms, reference.median_ci_high_ms, candidate.median_ci_low_ms, candidate.median_ci_high_ms)
+    if None in ends or not all(ends[2:]):
+        return None
+    return [ends[0] / ends[3], ends[1] / ends[2]]
 
 
 def implausible(samples: list[float], loop_wall_s: float, device: str) -> str:

@@ -7,6 +7,7 @@ Every tensor operation of the harness itself runs under guard.trusted() and thro
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 from pathlib import Path
 from types import ModuleType
@@ -178,3 +179,48 @@ def refill(inputs: list, problem: ModuleType, seed: int, device: str) -> bool:
                 if isinstance(a, torch.Tensor):
                     _T.copy_(a, b)
     return fits
+
+
+TIMED = "timed_"  # label prefix of a timed call's outputs: "timed_<rep>"
+
+
+def rep_seed(seed: int, rep: int) -> int:
+    """The seed of timed call `rep`'s inputs, derived from the batch's secret timing seed: every call gets new
+    values, and the comparer recomputes any timed call's expected outputs from its label alone."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{rep}".encode(), digest_size=4).digest(), "big") >> 1
+
+
+def timed_rep(label: str) -> int | None:
+    """The rep of a timed call's label, None for any other label."""
+    rest = label.removeprefix(TIMED)
+    return int(rest) if rest != label and rest.lstrip("-").isdigit() else None
+
+
+class FreshInputs:
+    """The fresh-input policy of timing (the `fresh` hook of timing.bench): before every call, outside the timed
+    window, the values of that call's own seed are written into the same input tensors, so a result cached on
+    identity, data_ptr or a few sampled values misses, and any timed call can be checked by its label. Off
+    (the inputs keep the timing seed's values) for a problem whose inputs do not fit one another across seeds."""
+
+    def __init__(self, inputs: list, problem: ModuleType, seed: int, device: str):
+        self.inputs, self.problem, self.seed, self.device = inputs, problem, seed, device
+        self.filled: int | None = None  # the rep whose values the inputs hold; None: the timing seed's own
+        self.on = True
+
+    def __call__(self, rep: int) -> None:
+        self.on = self.on and refill(self.inputs, self.problem, rep_seed(self.seed, rep), self.device)
+        if self.on:
+            self.filled = rep
+
+    def label(self) -> str:
+        """What the inputs hold now, as the comparer names its expected outputs."""
+        return "timing" if self.filled is None else f"{TIMED}{self.filled}"
+
+    def policy(self) -> str:
+        return ("fresh: new values before every call from a secret per-call seed, written into the same tensors"
+                if self.on else "fixed: the problem's inputs change shape or arguments with the seed")
+
+    def changed(self) -> bool:
+        """Whether the inputs no longer hold what was last written into them: the candidate wrote into them."""
+        seed = self.seed if self.filled is None else rep_seed(self.seed, self.filled)
+        return fingerprint(self.inputs) != fingerprint(make_inputs(self.problem, seed, self.device))

@@ -46,6 +46,17 @@ def test_fused_cpp_kernel_is_correct_and_faster_than_eager(verdicts):
     assert v.evidence.compile_s is not None and v.device_name
 
 
+def test_a_correct_verdict_says_how_it_was_timed(verdicts):
+    v = verdicts["cpu_fused_o3"]
+    t = v.evidence.timing
+    assert (t.calls, t.reference_calls, t.cpu_threads, t.l2_flush) == (v.candidate.reps, v.reference.reps, 1, "none (CPU)")
+    assert t.untimed_calls >= 4 and t.fresh_inputs.startswith("fresh: new values before every call")
+    assert len(t.checked_calls) >= 3 and all(0 <= rep < t.calls for rep in t.checked_calls)  # 3 secret + the last
+    low, high = t.speedup_interval
+    assert low <= v.speedup <= high and f"x vs eager (95 %: {low:.3g}-{high:.3g}x)" in v.evidence.cause
+    assert t.floor.startswith("none: no FLOPs counted")  # element-wise, and a CPU has no bandwidth bound
+
+
 def test_evidence_says_where_the_time_went(verdicts):
     """Per-stage wall seconds (parent's clock) and, for a fresh build, ninja's seconds per step."""
     v = verdicts["cpp_leak"]  # built only by this batch: not a cache hit

@@ -5,6 +5,7 @@ rare conditions to trigger for real."""
 from __future__ import annotations
 
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -16,12 +17,14 @@ import torch
 from conftest import ROOT, SOLUTIONS, running
 from evaluator import CandidateJob, EvalSettings, Limits, Status, Verdict, evaluate
 from evaluator.guard import Guard, Tampered
+from evaluator.hardware import Peak
 from evaluator.judge import Reference, _Case, _timing, judge
 from evaluator.sandbox import ChildResult
 from evaluator.timing import implausible
 from reference_problems import resolve_problem
 
-RELU = Path(__file__).parent / "adversarial" / "relu"
+ADVERSARIAL = Path(__file__).parent / "adversarial"
+RELU = ADVERSARIAL / "relu"
 CHEAT, INCORRECT, CORRECT = Status.CHEAT, Status.INCORRECT, Status.CORRECT
 CONFINED = platform.machine() == "x86_64"  # where the seccomp filter exists
 
@@ -34,8 +37,11 @@ EXPECTED = {
     "cache_by_identity": (CHEAT, "stale_output", "returned the expected output of another call (timing)"),
     "cache_by_data_ptr": (CHEAT, "stale_output", "returned the expected output of another call"),
     "cache_first": (CHEAT, "stale_output", "returned the expected output of another call (trial_"),
-    "garbage_late": (INCORRECT, "", "timed call (after the trials passed)"),
-    "thread_escape": (INCORRECT, "", "timed call (after the trials passed)"),
+    "cache_by_pointer": (CHEAT, "stale_output", "returned the expected output of another call (timing)"),
+    # fresh values before every timed call: the cache misses each time, so it is timed doing the work
+    "cache_by_sampled_values": (CORRECT, "", "correct in 3 trials"),
+    "garbage_late": (INCORRECT, "", "timed call"),
+    "thread_escape": (INCORRECT, "", "timed call"),
     "mutate_input": (CHEAT, "input_mutation", "forward() modified its inputs"),
     "patch_perf_counter": (CHEAT, "judge_tampering", "at import: time.perf_counter"),
     "patch_cuda_sync": (CHEAT, "judge_tampering", "torch.cuda.Event; torch.cuda.synchronize"),
@@ -56,7 +62,8 @@ EXPECTED = {
     "daemon": (CORRECT, "", "correct in 3 trials"),
     **({"kill_parent": (CHEAT, "sandbox_escape", "blocked and killed the child")} if CONFINED else {}),
 }
-HONEST = [SOLUTIONS / "scale_bias_hardswish/cpu_fused_o3.py", SOLUTIONS / "softmax/cpu_softmax_o3.py"]
+GEMM = ADVERSARIAL / "gemm_bias_relu" / "torch_gemm_ext_relu.py"
+HONEST = [SOLUTIONS / "scale_bias_hardswish/cpu_fused_o3.py", SOLUTIONS / "softmax/cpu_softmax_o3.py", GEMM]
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +92,20 @@ def test_each_exploit_gets_its_status_and_names_it(verdicts, name):
     assert (v.status, v.evidence.exploit) == (status, exploit), v.evidence
     assert text in v.evidence.cause, v.evidence.cause
     assert (v.speedup is None) == (status is not CORRECT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cache_by_identity", "cache_by_pointer", "garbage_late", "thread_escape"])
+def test_a_wrong_timed_call_is_named(verdicts, name):
+    assert re.search(r"^(cheat: )?timed call \d+ \(after the trials passed\)", verdicts[name].evidence.cause), verdicts[name].evidence.cause
+
+
+@pytest.mark.slow
+def test_a_cache_on_sampled_values_is_timed_doing_the_work(verdicts):
+    """It returns its cached result whenever the address and three sampled values repeat: on inputs that keep
+    their values between timed calls, every timed call after the first (~1000x on this problem). With new values
+    before each timed call it computes every time, like the honest kernel calling the same extension."""
+    assert verdicts["cache_by_sampled_values"].speedup < 3 * verdicts["honest_captured"].speedup
 
 
 @pytest.mark.slow
@@ -178,8 +199,20 @@ def _timing_case(samples_ms: list[float], monkeypatch) -> _Case:
 def test_a_median_below_the_bandwidth_floor_is_a_cheat(monkeypatch):
     found = _timing(_timing_case([0.02] * 50, monkeypatch))  # 20 us to move 2 GiB: 100 TB/s
     assert found.status is CHEAT and found.evidence.exploit == "bandwidth_floor"
-    assert "faster than the memory-bandwidth floor" in found.evidence.cause
+    assert "below 0.5 x the bandwidth floor of 0.641 ms: " in found.evidence.cause
+    assert "2.15e+09 bytes at 3.35e+12 B/s need 0.641 ms" in found.evidence.cause  # relu's 2.7e8 FLOP need far less
     assert _timing(_timing_case([0.7] * 50, monkeypatch)) is None  # ~3 TB/s: fast, but possible
+
+
+@pytest.mark.slow
+def test_a_time_below_the_flop_floor_is_a_cheat(adversarial_settings, monkeypatch):
+    """The whole path on a real run: the reference child counts the GEMM's FLOPs (2 x 32 x 256 x 256), the
+    judge divides them by the machine's peak. No CPU is slow enough to make an honest time impossible (the same
+    candidate is `correct` in the main batch), so the peak is made tiny: 1 MFLOP/s, where the call needs 4.2 s."""
+    monkeypatch.setattr("evaluator.judge.cpu_peak", lambda: Peak(None, 1e6, 1e6, "a test machine"))
+    (v,) = evaluate([CandidateJob(path=GEMM, problem=resolve_problem("gemm_bias_relu"))], adversarial_settings)
+    assert (v.status, v.evidence.exploit) == (CHEAT, "flop_floor"), v.evidence
+    assert "below 0.5 x the flop floor of 4194 ms: 4.19e+06 FLOP at 1e+06 FLOP/s need 4194 ms" in v.evidence.cause
 
 
 def test_forged_and_repeated_messages_are_caught():
@@ -250,7 +283,21 @@ def test_gpu_side_stream_stale_and_uninitialised_outputs(gpu_adversarial_build_r
 
 @pytest.mark.gpu
 @needs_gpu
-def test_gpu_content_cache_is_caught_by_the_bandwidth_floor(gpu_adversarial_build_root):
+def test_gpu_content_cache_is_timed_doing_the_work(gpu_adversarial_build_root):
+    """New values before every timed call: the cache on sampled values misses each time (it was `correct` and
+    only the bandwidth floor caught it before)."""
     v = _gpu_run(["gpu_content_cache"], "full", gpu_adversarial_build_root)
-    assert v["relu_cuda"].status is CORRECT, v["relu_cuda"].evidence
-    assert v["gpu_content_cache"].evidence.exploit == "bandwidth_floor", v["gpu_content_cache"].evidence
+    honest, cache = v["relu_cuda"], v["gpu_content_cache"]
+    assert honest.status is CORRECT, honest.evidence
+    assert cache.status is CORRECT and cache.speedup < 1.2 * honest.speedup, cache
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_compute_bound_cache_is_not_correct_with_a_speedup(gpu_adversarial_build_root):
+    """The issue's H100 exploit: x @ x.T-like 4096^2 fp32, cached on addresses plus sampled values (44.6x before)."""
+    settings = EvalSettings(device="cuda", size="full", trials=3, warmup_ms=20, rep_ms=100, leak_calls=2,
+                            build_root=gpu_adversarial_build_root)
+    job = CandidateJob(path=ADVERSARIAL / "matmul" / "gpu_value_cache.py", problem=resolve_problem("matmul"))
+    (v,) = evaluate([job], settings)
+    assert v.status is CORRECT and v.speedup < 1.2, v  # it computes every call, at its own speed

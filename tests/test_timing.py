@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+import timeit
 
 import pytest
+import torch
 
-from evaluator.timing import bench, median_interval, summarize
+from evaluator.timing import bench, median_interval, paired_ratio, summarize
 
 
 def test_the_median_interval_is_the_order_statistics_around_the_middle():
@@ -39,3 +44,117 @@ def test_a_steady_call_stops_once_its_median_is_known_and_a_fixed_budget_does_no
 def test_min_and_max_reps_bound_every_run(rel_ci):
     assert len(bench(_steady, "cpu", 1, 10, 30, 1000, rel_ci=rel_ci)) >= 30
     assert len(bench(_steady, "cpu", 1, 5000, 5, 15, rel_ci=rel_ci)) <= 15
+
+
+def test_fresh_runs_before_every_call_outside_the_timer():
+    """fresh(i) precedes call i: negative for the untimed calls (estimate, warmup), 0.. for the timed reps; a slow
+    fill never shows in the samples."""
+    events = []
+
+    def fill(i: int) -> None:
+        events.append(("fresh", i))
+        time.sleep(0.02)  # ten times the call: it would dominate any sample it leaked into
+
+    def call() -> None:
+        events.append(("call", None))
+        _steady()
+
+    samples = bench(call, "cpu", 5, 50, 10, 15, rel_ci=None, fresh=fill, mark=lambda n: events.append(("mark", n)))
+    kinds = [e[0] for e in events if e[0] != "mark"]
+    assert kinds == ["fresh", "call"] * (len(kinds) // 2)  # every call right after its own fill
+    fills = [i for kind, i in events if kind == "fresh"]
+    (marked,) = [n for kind, n in events if kind == "mark"]
+    assert fills == [-k for k in range(1, marked + 1)] + list(range(len(samples)))
+    assert max(samples) < 15  # 2 ms calls (a loaded machine stretches some); the 20 ms fills stayed out of every one
+
+
+def test_fresh_inputs_are_new_values_in_the_same_tensors():
+    from evaluator.loading import load_problem
+    from evaluator.trials import FreshInputs, make_inputs, rep_seed, timed_rep
+    from reference_problems import resolve_problem
+
+    relu = resolve_problem("relu")
+    problem = load_problem(relu.path, relu.meta.small)
+    inputs = make_inputs(problem, 7, "cpu")
+    address, fresh = inputs[0].data_ptr(), FreshInputs(inputs, problem, 7, "cpu")
+    assert fresh.label() == "timing" and not fresh.changed()
+    fresh(3)
+    assert inputs[0].data_ptr() == address and fresh.label() == "timed_3" and timed_rep(fresh.label()) == 3
+    assert torch.equal(inputs[0], make_inputs(problem, rep_seed(7, 3), "cpu")[0]) and not fresh.changed()
+    assert len({rep_seed(7, rep) for rep in range(-50, 1000)}) == 1050  # every call its own seed
+    inputs[0][0, 0] += 1  # what a candidate writing into its inputs does
+    assert fresh.changed()
+
+
+def test_the_floor_is_the_larger_bound_and_half_of_it_is_impossible():
+    from evaluator.floor import floor, impossible
+    from evaluator.hardware import PEAKS
+
+    matmul = floor(2 * 4096**3, 3 * 4 * 4096**2, PEAKS["H100"])  # 137 GFLOP, 201 MB
+    assert matmul.bound == "flop" and matmul.exploit == "flop_floor" and abs(matmul.ms - 0.139) < 1e-3
+    assert "1.37e+11 FLOP at 9.89e+14 FLOP/s need 0.139 ms; 2.01e+08 bytes at 3.35e+12 B/s need 0.0601 ms" in matmul.arithmetic
+    assert impossible(0.05, matmul).startswith("median 0.05 ms is below 0.5 x the flop floor of 0.139 ms")
+    assert impossible(0.08, matmul) == ""  # 1.7 PFLOP/s: beyond the datasheet, but within the factor
+    assert floor(None, 2**31, PEAKS["H100"]).bound == "bandwidth"
+    assert floor(None, None, PEAKS["H100"]) is None and impossible(1e-9, None) == ""
+
+
+def test_the_cpu_peak_is_above_what_this_machine_reaches():
+    """An honest kernel must never beat the floor: torch's best matmul, on every core, stays below the peak."""
+    from evaluator.hardware import cpu_peak
+
+    threads, a = torch.get_num_threads(), torch.randn(512, 512)
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        best = min(timeit.repeat(lambda: a @ a, number=1, repeat=10))
+    finally:
+        torch.set_num_threads(threads)
+    assert cpu_peak().bytes_per_s is None  # no single bandwidth: it depends on the cache level
+    assert 2 * 512**3 / best < cpu_peak().fastest_flops_per_s
+
+
+def test_paired_ratios_cancel_what_slows_both_sides_and_separate_medians_do_not():
+    """The machine slows 3x halfway (another process starts): the reference's blocks were timed half in each
+    phase, the candidate's mostly in the slow one. Per-pair ratios see the true 2x; ratios of medians taken
+    apart do not."""
+    slow = [1.0] * 4 + [3.0] * 8
+    reference = [[2.0 * s, 2.1 * s, 1.9 * s] for s in slow]
+    candidate = [[1.0 * s, 1.05 * s, 0.95 * s] for s in slow]
+    speedup, low, high = paired_ratio(reference, candidate)
+    assert speedup == pytest.approx(2.0) and low <= speedup <= high and high - low < 1e-9
+    apart = summarize([x for block in reference[:6] for x in block], "perf_counter").median_ms / \
+        summarize([x for block in candidate[4:] for x in block], "perf_counter").median_ms
+    assert abs(apart - 2.0) > 0.5
+    with pytest.raises(ValueError):
+        paired_ratio(reference, candidate[1:])  # unpaired blocks
+
+
+_FAULTS = """
+import resource, sys, torch
+from evaluator.child import _steady_malloc
+if sys.argv[1] == "steady":
+    _steady_malloc()
+x = torch.randn(64, 4096)
+def eager():  # scale_bias_hardswish's reference at its small size: four 1 MiB temporaries per call
+    y = x * 0.5 + 1.0
+    return y * torch.clamp(y + 3.0, 0.0, 6.0) / 6.0
+for _ in range(20):
+    eager()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(100):
+    eager()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 100)
+"""
+
+
+def test_cpu_children_reuse_memory_instead_of_faulting_it_in_every_call():
+    """glibc's malloc hands a megabyte-sized block out from fresh mmap'd pages while its adaptive threshold is
+    low (forced here: that was the slow mode of the bimodal CPU speedups, ~1000 page faults per call); the
+    child's fixed thresholds take it from the reused heap."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+
+    def faults(mode: str) -> float:
+        run = subprocess.run([sys.executable, "-c", _FAULTS, mode], env=env, capture_output=True, text=True, timeout=120)
+        return float(run.stdout.strip() or run.stderr)
+
+    assert faults("low") > 200 and faults("steady") < 5

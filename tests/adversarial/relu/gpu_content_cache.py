@@ -1,6 +1,6 @@
 """Exploit 2, the hard kind, on CUDA (cuda_sources= in the shared kernel: GPU only): caches on a few sampled
-input values, so fresh data written into the same tensors is noticed and computed. Every check of the
-outputs passes; only physics is left: the cached calls are faster than reading the input once."""
+input values, so new data written into the same tensors once is noticed and computed. New values before every
+timed call make it compute every time: it is timed doing the work."""
 import torch
 import torch.nn as nn
 
