@@ -108,7 +108,8 @@ def _time(chan: Channel, req: dict, call, fresh: trials.FreshInputs, **hooks) ->
         chan.send("stage", stage="timed")
 
     samples = _bench(call, req, mark=mark, fresh=fresh, **hooks)
-    chan.send("timing", which="model", samples=samples, untimed_calls=untimed[0], fresh_inputs=fresh.policy())
+    chan.send("timing", which="model", samples=samples, untimed_calls=untimed[0], fresh_inputs=fresh.policy(),
+              fill_s=fresh.timed_fill_s)
 
 
 def _probe(req: dict, model, problem, fresh: trials.FreshInputs, changed: bool, kept: dict[str, list], save) -> dict:
