@@ -115,7 +115,8 @@ def _time(chan: Channel, req: CandidateRequest | ReferenceRequest, call, fresh: 
         chan.send(Stage(stage="timed"))
 
     samples = _bench(call, req, mark=mark, fresh=fresh, **hooks)
-    chan.send(Timing(which="model", samples=samples, untimed_calls=untimed[0], fresh_inputs=fresh.policy()))
+    chan.send(Timing(which="model", samples=samples, untimed_calls=untimed[0], fresh_inputs=fresh.policy(),
+                     fill_s=fresh.timed_fill_s))
 
 
 def _probe(req: CandidateRequest, model, problem, fresh: trials.FreshInputs, changed: bool, kept: dict[str, list],

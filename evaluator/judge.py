@@ -240,7 +240,8 @@ def _timing(case: _Case) -> Outcome | None:
     if isinstance(found, Floor) and (cause := impossible(median, found)):
         return _cheat(found.exploit, cause, "timing")
     start = result.arrival("stage", stage="timed")
-    problem = implausible(model["samples"], model["_t"] - start, device) if start is not None else "timings without a timed loop"
+    problem = implausible(model["samples"], model["_t"] - start, device, model["fill_s"]) if start is not None \
+        else "timings without a timed loop"
     return _cheat("timer_escape", problem, "timing") if problem else None
 
 

@@ -210,6 +210,7 @@ class Timing(Message):
     samples: list[float]
     untimed_calls: int = 0  # calls made before the timed loop began (warmup, estimate)
     fresh_inputs: str = ""  # how the inputs were refreshed between calls (trials.FreshInputs.policy)
+    fill_s: float = 0.0  # seconds the timed reps' input fills took (outside the timed window, inside the loop)
 
 
 class Probe(Message):

@@ -19,16 +19,16 @@ _ROUND, _MIN_FOR_INTERVAL = 10, 20  # reps between looks at the median's interva
 
 
 def _estimate_ms(fn: Callable, sync: Callable, untimed: Callable[[], None]) -> float:
-    """A call's time from 3 calls, each on fresh inputs like the timed ones (a cache must not shorten it)."""
-    total = 0.0
+    """What one rep costs, its fill of fresh inputs included, from 3 of them: the warmup and rep budgets are
+    spent on both (a fill can cost more than a fast kernel). Each call gets fresh inputs like the timed ones, so
+    a cache cannot shorten the estimate."""
+    sync()
+    start = time.perf_counter()
     for _ in range(3):
         untimed()
-        sync()
-        start = time.perf_counter()
         fn()
-        sync()
-        total += time.perf_counter() - start
-    return max(total * 1e3 / 3, 1e-4)
+    sync()
+    return max((time.perf_counter() - start) * 1e3 / 3, 1e-4)
 
 
 def _cuda_round(fn: Callable, first: int, n: int, flush: torch.Tensor, least: int, on_rep: Callable,
@@ -160,16 +160,18 @@ def ratio_interval(reference: TimingStats, candidate: TimingStats) -> list[float
     return [ends[0] / ends[3], ends[1] / ends[2]]
 
 
-def implausible(samples: list[float], loop_wall_s: float, device: str) -> str:
+def implausible(samples: list[float], loop_wall_s: float, device: str, fill_s: float = 0.0) -> str:
     """Why reported samples cannot be true, given the parent's wall-clock of the timed loop ('' if they can).
 
     The samples were taken inside the loop, so they cannot add up to more than it. On CPU the loop does
-    little but time, so they cannot add up to much less either (a timer patched and restored within a call,
-    or work left running on a thread); on CUDA the L2 flushes between reps make "less" normal.
+    little but time and fill fresh inputs (fill_s, timed by the harness outside the candidate's calls), so
+    they cannot add up to much less either (a timer patched and restored within a call, or work left running
+    on a thread); on CUDA the L2 flushes between reps make "less" normal.
     """
     total = sum(samples) / 1e3
     if total > loop_wall_s * 1.05 + _WALL_SLACK_S:
         return f"the timed calls report {total:.3f} s in total, but the whole timed loop took {loop_wall_s:.3f} s of wall-clock"
-    if device == "cpu" and loop_wall_s > _CPU_MIN_WALL_S and total < _CPU_MIN_SHARE * loop_wall_s - _WALL_SLACK_S:
-        return f"the timed calls report {total:.3f} s in total, but the timed loop took {loop_wall_s:.3f} s of wall-clock"
+    if device == "cpu" and loop_wall_s > _CPU_MIN_WALL_S and total + fill_s < _CPU_MIN_SHARE * loop_wall_s - _WALL_SLACK_S:
+        return (f"the timed calls report {total:.3f} s in total and their fills {fill_s:.3f} s, but the timed loop took "
+                f"{loop_wall_s:.3f} s of wall-clock")
     return ""

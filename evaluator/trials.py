@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
@@ -206,11 +207,15 @@ class FreshInputs:
         self.inputs, self.problem, self.seed, self.device = inputs, problem, seed, device
         self.filled: int | None = None  # the rep whose values the inputs hold; None: the timing seed's own
         self.on = True
+        self.timed_fill_s = 0.0  # spent filling before timed reps: the parent's check of the loop's wall-clock
 
     def __call__(self, rep: int) -> None:
+        start = time.perf_counter()
         self.on = self.on and refill(self.inputs, self.problem, rep_seed(self.seed, rep), self.device)
         if self.on:
             self.filled = rep
+        if rep >= 0:
+            self.timed_fill_s += time.perf_counter() - start
 
     def label(self) -> str:
         """What the inputs hold now, as the comparer names its expected outputs."""

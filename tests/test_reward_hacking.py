@@ -183,13 +183,14 @@ def test_timings_that_cannot_fit_the_wall_clock_are_implausible():
     assert implausible([1e-3] * 10, 2.0, "cpu")  # a 2 s CPU loop whose calls "took" 10 us
     assert not implausible([1e-3] * 10, 2.0, "cuda")  # on CUDA the L2 flushes fill the gaps
     assert not implausible([18.0] * 100, 2.0, "cpu")  # harness overhead is allowed for
+    assert not implausible([1e-3] * 10, 2.0, "cpu", fill_s=1.9)  # fills of fresh inputs took the loop's time
 
 
 def _timing_case(samples_ms: list[float], monkeypatch) -> _Case:
     """A judged CUDA run of the full relu (2 GiB in and out) with the given samples, on an 'H100'."""
     monkeypatch.setattr("evaluator.judge.device_name", lambda device: "NVIDIA H100 80GB HBM3")
     messages = [{"event": "stage", "stage": "timed", "_t": 0.0},
-                {"event": "timing", "which": "model", "samples": samples_ms, "_t": 1.0}]
+                {"event": "timing", "which": "model", "samples": samples_ms, "fill_s": 0.0, "_t": 1.0}]
     result = ChildResult(messages=messages, log_path=Path("/nonexistent"))
     ref = Reference(meta={}, trials={"timing": {"io_bytes": 2**31, "max_input_numel": 2**28}})
     settings = EvalSettings(device="cuda", size="full")
