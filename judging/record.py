@@ -28,7 +28,8 @@ def register_problem(database: Database, problem: Problem) -> None:
 
 
 def record_solution(database: Database, problem: Problem, path: Path, *, origin: str | None = None,
-                    model: str | None = None, parent_sha256: str | None = None) -> str:
+                    model: str | None = None, parent_sha256: str | None = None,
+                    normalized_sha256: str | None = None) -> str:
     """Store the candidate's source with its lineage; a parent named in the sidecar must be stored first."""
     raw = path.read_bytes()
     sha = hashlib.sha256(raw).hexdigest()
@@ -40,7 +41,7 @@ def record_solution(database: Database, problem: Problem, path: Path, *, origin:
     register_problem(database, problem)
     database.upsert_solution(sha, problem.name, raw.decode(errors="replace"), path=str(path),
                              origin=origin or prov["origin"] or "submitted", model=model or prov["model"],
-                             seed_id=prov["seed_id"], parent_sha256=parent)
+                             seed_id=prov["seed_id"], parent_sha256=parent, normalized_sha256=normalized_sha256)
     return sha
 
 

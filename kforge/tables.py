@@ -90,3 +90,18 @@ def leaderboard(rows: list[dict], width: int) -> Table:
         cells += [fmt(r["speedup_vs_compile"]), fmt(r["candidate_ms"]), fmt(r["reference_ms"])] if wide else []
         table.add_row(*cells, counts)
     return table
+
+
+def usd(cost: float, unpriced: int) -> str:
+    """Dollars, with the calls no price covered: a total must not look complete when it is not."""
+    return f"{cost:.4f}" + (f" +{unpriced} unpriced" if unpriced else "")
+
+
+def spend(rows: list, title: str) -> Table:
+    """LLM spend per group (SpendRow: run, problem, model): calls, tokens in and out, dollars."""
+    table = _table(title, "problem / model")
+    _numbers(table, "calls", "tokens in", "tokens out", "USD")
+    for r in rows:
+        name = _named(r.problem or "-", r.model or "-") if r.problem else Text(r.model or f"run {r.run_id}")
+        table.add_row(name, str(r.calls), str(r.prompt_tokens), str(r.completion_tokens), usd(r.cost_usd, r.unpriced))
+    return table
