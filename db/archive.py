@@ -32,14 +32,16 @@ class ArchiveCells:
         """The solution becomes the cell's elite if the cell is empty or it is strictly faster; True when it did."""
         with self.session(write=True) as s, s.begin():
             key = (self._problem_id_in(s, problem), device_name, size, island, cell)
+            solution_id = self._solution_in(s, solution_sha256).id
             row = s.get(ArchiveCell, key, with_for_update=True)
             if row is not None and row.speedup >= speedup:
                 return False
             if row is None:
-                row = ArchiveCell(problem_id=key[0], device_name=device_name, size=size, island=island, cell=cell)
-                s.add(row)
-            row.solution_id, row.speedup = self._solution_in(s, solution_sha256).id, speedup
-            row.migrated_from, row.updated_at = migrated_from, utcnow()
+                s.add(ArchiveCell(problem_id=key[0], device_name=device_name, size=size, island=island, cell=cell,
+                                  solution_id=solution_id, speedup=speedup, migrated_from=migrated_from))
+            else:
+                row.solution_id, row.speedup, row.migrated_from, row.updated_at = (solution_id, speedup, migrated_from,
+                                                                                   utcnow())
             return True
 
     @guarded

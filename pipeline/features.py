@@ -2,8 +2,8 @@
 
 - speedup bucket: which of the configured edges its speedup passed (edges 1, 1.5, 2, 4 give <1, 1-1.5, 1.5-2, 2-4, >=4);
 - technique: the first of TECHNIQUES found in its code (comments dropped), in the order listed, else "plain".
-  tensor_cores (wmma / mma.sync / tcgen05), shared_memory (__shared__), tiling (TILE / BLOCK_M-style constants,
-  tiled loops), vectorized (float4 / half2 / SSE-AVX intrinsics), simd (#pragma omp simd, GCC ivdep, __restrict__
+  tensor_cores (wmma / mma.sync / tcgen05), shared_memory (__shared__), tiling (names starting tile/TILE,
+  BLOCK_M-style constants, loops stepping by a block size), vectorized (float4 / half2 / SSE-AVX intrinsics), simd (#pragma omp simd, GCC ivdep, __restrict__
   hints for the auto-vectorizer), parallel (at::parallel_for, #pragma omp parallel), fusion (a kernel named fused_*).
   The order puts the rarer, more telling technique first, so a tiled shared-memory kernel lands in shared_memory.
 
@@ -21,7 +21,7 @@ TECHNIQUES: dict[str, re.Pattern[str]] = {
     name: re.compile(pattern) for name, pattern in (
         ("tensor_cores", r"\bwmma::|\bmma\.sync\b|\btcgen05|\bmma_sync\b"),
         ("shared_memory", r"__shared__"),
-        ("tiling", r"\bTILE\w*|\bBLOCK_[MNK]\b|\btiled?_\w+|\bfor\s*\([^;]*;[^;]*;\s*\w+\s*\+=\s*(TILE|BLOCK|BM|BN|BK)\w*"),
+        ("tiling", r"\b(TILE|[Tt]ile)\w*|\bBLOCK_[MNK]\b|\bfor\s*\([^;]*;[^;]*;\s*\w+\s*\+=\s*(BLOCK|BM|BN|BK)\w*"),
         ("vectorized", r"\b(float|half|int|__half|__nv_bfloat16)[248]\b|\b__m(128|256|512)\w*|\b_mm\d*_\w+"),
         ("simd", r"#\s*pragma\s+(omp\s+(parallel\s+for\s+)?simd|GCC\s+ivdep)|__restrict__?"),
         ("parallel", r"\bat::parallel_for\b|#\s*pragma\s+omp\s+parallel"),
