@@ -5,6 +5,7 @@ fastest solution placed in it. A mixin of Database."""
 from __future__ import annotations
 
 from sqlalchemy import select
+from sqlalchemy.orm import joinedload
 
 from db.engine import guarded, retry_on_conflict
 from db.models import ArchiveCell, Evaluation, Solution, utcnow
@@ -18,7 +19,7 @@ class ArchiveCells:
     @guarded
     def archive(self, problem: str, device_name: str, size: str) -> list[ArchiveRow]:
         """Every elite of the problem on this device and size, by island then cell."""
-        stmt = (select(ArchiveCell)
+        stmt = (select(ArchiveCell).options(joinedload(ArchiveCell.solution))
                 .where(ArchiveCell.problem_id == problem_id_of(problem), ArchiveCell.device_name == device_name,
                        ArchiveCell.size == size)
                 .order_by(ArchiveCell.island, ArchiveCell.cell))

@@ -165,7 +165,7 @@ class ArchiveCell(Base):
     migrated_from: Mapped[int | None]
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
-    solution: Mapped[Solution] = relationship(lazy="joined")
+    solution: Mapped[Solution] = relationship()  # not joined by default: a cell is read FOR UPDATE alone
 
 
 class Generation(Base):

@@ -63,7 +63,8 @@ class Runs:
         if unknown := set(by) - set(SPEND_KEYS):
             raise ValueError(f"spend can group by {', '.join(SPEND_KEYS)}, not {', '.join(sorted(unknown))}")
         keys = [SPEND_KEYS[k] for k in by]
-        stmt = select(*keys, *_TOTALS).join(Problem, Generation.problem_id == Problem.id).group_by(*keys).order_by(*keys)
+        stmt = (select(*keys, *_TOTALS).join(Problem, Generation.problem_id == Problem.id).group_by(*keys)
+                .order_by(*(k.nulls_first() for k in keys)))  # one order on every backend: calls of no run first
         if run_id is not None:
             stmt = stmt.where(Generation.run_id == run_id)
         if problem is not None:

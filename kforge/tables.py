@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from db import Database, SpendRow
 
 _HEX_RUN = re.compile(r"[0-9a-f]{16,}")
 _NAME_WIDTH = 26  # problem and solution names wrap at underscores to this width
@@ -97,7 +101,7 @@ def usd(cost: float, unpriced: int) -> str:
     return f"{cost:.4f}" + (f" +{unpriced} unpriced" if unpriced else "")
 
 
-def spend(rows: list, title: str) -> Table:
+def spend(rows: list[SpendRow], title: str) -> Table:
     """LLM spend per group (SpendRow: run, problem, model): calls, tokens in and out, dollars."""
     table = _table(title, "problem / model")
     _numbers(table, "calls", "tokens in", "tokens out", "USD")
@@ -105,3 +109,20 @@ def spend(rows: list, title: str) -> Table:
         name = _named(r.problem or "-", r.model or "-") if r.problem else Text(r.model or f"run {r.run_id}")
         table.add_row(name, str(r.calls), str(r.prompt_tokens), str(r.completion_tokens), usd(r.cost_usd, r.unpriced))
     return table
+
+
+def written_by(database: Database, problem: str, sha256: str) -> list[str]:
+    """Lines (each under 80 columns) naming the LLM calls that wrote a solution, their tokens and dollars, and the
+    spend of their run."""
+    lines = []
+    for g in (g for g in database.generations(problem) if g.solution_sha256 == sha256):
+        cost = "unpriced" if g.cost_usd is None else f"${g.cost_usd:.4f}"
+        lines.append(f"call #{g.id} by {g.model}: {g.prompt_tokens} + {g.completion_tokens} tokens, {cost}")
+        island = "" if g.island is None else f", island {g.island}"
+        lines.append(f"  turn {g.turn}, sample {g.sample}, {g.prompt_kind}{island}")
+        run = database.get_run(g.run_id) if g.run_id is not None else None
+        if run is not None:
+            lines.append(f"run {run.id} {run.status}: {run.calls} calls, {run.prompt_tokens + run.completion_tokens} "
+                         f"tokens, ${run.cost_usd:.4f}, {run.wall_s:.0f} s")
+            lines += [f"  {run.stop_reason}"] if run.stop_reason else []
+    return lines

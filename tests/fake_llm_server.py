@@ -51,6 +51,7 @@ class FakeLLMServer:
         self.script = script if callable(script) else (lambda body, i: script[min(i, len(script) - 1)])
         self.requests: list[dict] = []
         self.headers: list[dict[str, str]] = []
+        self.arrivals: list[float] = []  # time.time() of each request
         self._lock = threading.Lock()
         self.httpd = ThreadingHTTPServer((host, port), self._handler())
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -73,6 +74,7 @@ class FakeLLMServer:
             index = len(self.requests)
             self.requests.append(body)
             self.headers.append(headers)
+            self.arrivals.append(time.time())
         return self.script(body, index), index
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from db import Database
 from fake_llm_server import FakeLLMServer, Reply
+from kforge.cli import app as kforge_app
 from kforge.cli_generate import generate
 
 PROMPT_TOKENS, COMPLETION_TOKENS = 100, 50
@@ -84,6 +85,11 @@ def test_token_budget_stops_exactly_and_resume_continues_without_paying_twice(kf
         assert by_model.cost_usd == pytest.approx(6 * CALL_USD) and by_model.unpriced == 0
         (by_problem,) = db.spend(by=("run_id", "problem"))
         assert (by_problem.run_id, by_problem.problem, by_problem.calls) == (run_id, "relu", 6)
+        last = max(gens, key=lambda g: g.id)
+    shown = CliRunner().invoke(kforge_app, ["show", last.solution_sha256[:12], "--db", kforge.db_url], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    assert f"call #{last.id} by fake-coder: 100 + 50 tokens, $0.0020\n  turn 2, sample 1, refine\n" in shown.stdout
+    assert f"run {run_id} finished: 6 calls, 900 tokens, $0.0120, " in shown.stdout
 
 
 def test_candidate_budget_is_exact_with_calls_in_flight(kforge):
@@ -102,6 +108,23 @@ def test_dollar_budget_stops_at_the_first_call_that_reaches_it(kforge):
     assert len(server.requests) == 3  # 2 calls leave it under the limit, the third carries it over: no fourth
     assert [ln["cost_usd"] for ln in lines] == pytest.approx([CALL_USD] * 3)
     assert "max_cost_usd reached" in stderr
+
+
+def test_wall_budget_lets_no_call_start_after_it(kforge):
+    """Each answer takes 1.5 s and the budget is 4 s: every call starts within the 4 s after the run began, the run
+    stops before its 8 samples and its recorded wall time has reached the limit (how many calls fit depends on the
+    machine's speed, not what is checked)."""
+    def slow(body: dict, index: int) -> Reply:
+        return cut_answer(body, index).model_copy(update={"delay_s": 1.5})
+
+    with FakeLLMServer(slow) as server:
+        code, lines, stderr = kforge(server, "--samples", "8", "--concurrency", "1", "--budget-seconds", "4")
+    assert code == 0, stderr
+    assert "max_wall_s reached" in stderr
+    with Database(kforge.db_url) as db:
+        (run,) = [db.get_run(lines[0]["run_id"])]
+    assert 1 <= len(server.requests) < 8 and run.wall_s >= 4 and run.status == "stopped"
+    assert max(server.arrivals) < run.created_at.timestamp() + 4 + 0.5  # admitted before 4 s; 0.5 s for the HTTP hop
 
 
 @pytest.mark.parametrize(("args", "message"), [
