@@ -4,6 +4,9 @@ island by a seeded draw among three ways:
 - exploit: the island's fastest elite;
 - explore: an elite of a random cell of the island (diversity: a slower kernel with another technique);
 - history: the island's latest elite, so an island keeps following its own line.
+With probability `crossover` (an island with two elites or more) the parent gets a partner, another elite of the
+island drawn at random, and the prompt asks to combine the two. A refine prompt also shows up to `inspirations`
+other elites of the problem (any island): the fastest, then the fastest of each other cell, with their numbers.
 Every `migration_interval` turns each island's fastest elite is copied into the next island (a ring), where it
 takes its cell if it is faster than what is there. Islands with no elite yet fall back to the loop's classic parent
 (the best correct candidate of the problem, else its latest failure)."""
@@ -28,6 +31,8 @@ class ArchiveConfig(BaseModel):
     history: float = Field(0.2, ge=0)
     speedup_edges: list[float] = Field(default_factory=lambda: [1.0, 1.5, 2.0, 4.0], min_length=1)
     seed: int = 0
+    crossover: float = Field(0.0, ge=0, le=1)  # probability that a pick gets a partner to combine with
+    inspirations: int = Field(0, ge=0)  # other elites shown in a refine prompt
 
     @model_validator(mode="after")
     def _some_weight(self) -> ArchiveConfig:
@@ -39,6 +44,7 @@ class ArchiveConfig(BaseModel):
 class Pick(BaseModel):
     member: ArchiveRow
     mode: str
+    partner: ArchiveRow | None = None  # set for a crossover
 
 
 def slot_rng(config: ArchiveConfig, problem: str, turn: int, sample: int) -> random.Random:
@@ -62,7 +68,26 @@ def pick(members: list[ArchiveRow], config: ArchiveConfig, rng: random.Random) -
         member = rng.choice(sorted(members, key=lambda m: m.cell))
     else:
         member = max(members, key=lambda m: m.updated_at)
+    others = sorted((m for m in members if m.solution_sha256 != member.solution_sha256), key=lambda m: m.cell)
+    if config.crossover and others and rng.random() < config.crossover:  # no draw without crossover: seeds keep
+        return Pick(member=member, mode=mode, partner=rng.choice(others))  # their sequences
     return Pick(member=member, mode=mode)
+
+
+def inspirations(members: list[ArchiveRow], exclude: set[str], n: int) -> list[ArchiveRow]:
+    """Up to n distinct elites not in exclude: the fastest, then the fastest of each cell not yet shown."""
+    ranked = sorted(members, key=lambda m: (-m.speedup, m.cell))
+    chosen, seen_cells, seen = [], set(), set(exclude)
+    for first_pass in (True, False):
+        for m in ranked:
+            if len(chosen) == n:
+                return chosen
+            if m.solution_sha256 in seen or (first_pass and chosen and m.cell in seen_cells):
+                continue
+            chosen.append(m)
+            seen.add(m.solution_sha256)
+            seen_cells.add(m.cell)
+    return chosen
 
 
 class Archive:
@@ -79,6 +104,9 @@ class Archive:
     def choose(self, turn: int, sample: int) -> Pick | None:
         rng = slot_rng(self.config, self.key[0], turn, sample)
         return pick(self.members(island_of(self.config, sample)), self.config, rng)
+
+    def inspirations(self, exclude: set[str]) -> list[ArchiveRow]:
+        return inspirations(self.members(), exclude, self.config.inspirations)
 
     def place(self, island: int, source: str, solution_sha256: str, speedup: float) -> bool:
         """A correct candidate enters its island's grid if its cell is empty or it beats the cell's elite."""

@@ -19,12 +19,13 @@ from evaluator.hardware import device_name
 from judging.record import record_solution, record_verdict, register_problem
 from judging.reuse import NOT_REUSED, evaluate_and_record, split_stored, verdict_from_row
 from pipeline import cache
-from pipeline.archive import Archive, ArchiveConfig, island_of
+from pipeline.archive import Archive, ArchiveConfig, Pick, island_of
 from pipeline.budget import Budget, BudgetExhausted, Meter
 from pipeline.dedupe import normalized_sha256
 from pipeline.extract import VERDICT_STATUS, Extraction, extract
 from pipeline.llm import LLMError, LLMRequest, LLMResponse, Provider, Usage
-from prompts import Turn, chat_messages
+from pipeline.features import technique
+from prompts import Program, Turn, chat_messages, crossover_messages
 from reference_problems import Problem
 
 DEFAULT_OUT = Path.home() / ".kforge" / "generations"
@@ -52,12 +53,20 @@ class Parent(BaseModel):
 
 
 class Slot(BaseModel):
-    """One sample of a turn: the island it works on (with an archive) and the parent it refines."""
+    """One sample of a turn: the island it works on (with an archive), the parent it refines, and with an archive
+    the partner to combine it with (a crossover) or the other kernels shown beside it."""
 
     sample: int
     island: int | None = None
     parent: Parent | None = None
     mode: str | None = None  # how the archive picked the parent: exploit, explore or history
+    partner: Parent | None = None
+    inspirations: list[Program] = Field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        """The prompt this slot asks with, as stored on its generation."""
+        return "crossover" if self.partner else "refine" if self.parent else "draft"
 
 
 class Candidate(BaseModel):
@@ -127,6 +136,13 @@ def parent_of(database: Database, problem: Problem, row: EvaluationRow) -> Paren
                   generation_id=generation)
 
 
+def program_of(parent: Parent) -> Program:
+    """A correct stored kernel as the prompts show it: code, speedup, median time, technique."""
+    v = parent.verdict
+    return Program(source=parent.source, speedup=v.speedup or 0.0, median_ms=v.candidate.median_ms if v.candidate else None,
+                   technique=technique(parent.source))
+
+
 def static_verdict(extraction: Extraction, path: Path, problem: Problem, settings: EvalSettings) -> Verdict:
     """Cut-off or malformed answers get their verdict here: nothing is compiled for them."""
     return Verdict(status=VERDICT_STATUS[extraction.status], problem=problem.name,
@@ -184,12 +200,21 @@ class Loop:
         slots = []
         for i in samples:
             chosen = archive.choose(turn, i) if archive else None
-            if chosen is None:
-                slots.append(Slot(sample=i, island=islands[i], parent=classic))
-                continue
-            row = self.database.find_evaluation(chosen.member.solution_sha256, archive.key[1], archive.key[2])
-            slots.append(Slot(sample=i, island=islands[i], parent=parent_of(self.database, problem, row), mode=chosen.mode))
+            slot = Slot(sample=i, island=islands[i], parent=classic)
+            slots.append(self._from_archive(problem, archive, chosen, slot) if chosen else slot)
         return slots
+
+    def _from_archive(self, problem: Problem, archive: Archive, chosen: Pick, slot: Slot) -> Slot:
+        """The slot's parent as the archive picked it, with its partner (crossover) or the inspirations to show."""
+        def parent(sha256: str) -> Parent:
+            return parent_of(self.database, problem, self.database.find_evaluation(sha256, *archive.key[1:]))
+
+        slot.parent, slot.mode = parent(chosen.member.solution_sha256), chosen.mode
+        if chosen.partner is not None:
+            slot.partner = parent(chosen.partner.solution_sha256)
+        else:
+            slot.inspirations = [program_of(parent(m.solution_sha256)) for m in archive.inspirations({slot.parent.sha256})]
+        return slot
 
     def _sample(self, problem: Problem, turn: int, slots: list[Slot]) -> tuple[list[Candidate], list[str], str | None]:
         """One draw per slot, concurrently; a failed call costs that sample only, a refused one (budget) ends the run
@@ -210,8 +235,13 @@ class Loop:
         return drawn, errors, stopped
 
     def _messages(self, problem: Problem, slot: Slot) -> list[dict]:
+        where = {"target": self.settings.device, "size": self.settings.size}
+        shown_on = slot.parent.verdict.device_name if slot.parent else ""
+        if slot.partner:
+            return crossover_messages(problem, program_of(slot.parent), program_of(slot.partner), device_name=shown_on,
+                                      **where)
         history = [Turn(source=slot.parent.source, verdict=slot.parent.verdict)] if slot.parent else []
-        return chat_messages(problem, history, target=self.settings.device, size=self.settings.size)
+        return chat_messages(problem, history, inspirations=slot.inspirations, device_name=shown_on, **where)
 
     def _answer(self, request: LLMRequest, slot: Slot) -> tuple[LLMResponse, int | None, str | None]:
         """(response, stored generation id or None when it is new, the parent it was written for): this run's own
@@ -241,7 +271,7 @@ class Loop:
             key = cache.request_hash(self.provider.name, self.provider.model, request)
             generation_id = cache.store(self.database, key, self.provider, request, response, extraction.status.value,
                                         slot.parent.generation_id if slot.parent else None, run_id=self.run_id,
-                                        island=slot.island, prompt_kind="refine" if slot.parent else "draft")
+                                        island=slot.island, prompt_kind=slot.kind)
             cached = False
         else:
             cached = True
