@@ -81,6 +81,8 @@ def generate(
     islands: Annotated[int, typer.Option("--islands", min=0, help="program archive with this many islands (0: refine the best)")] = 0,
     migration_interval: Annotated[int, typer.Option("--migration-interval", min=1, help="turns between migrations of each island's best")] = 2,
     seed: Annotated[int, typer.Option("--seed", help="seed of the archive's parent draws")] = 0,
+    inspirations: Annotated[int, typer.Option("--inspirations", min=0, help="other archive kernels shown in a refine prompt")] = 0,
+    crossover: Annotated[float, typer.Option("--crossover", min=0, max=1, help="probability that a parent is combined with another")] = 0.0,
 ) -> None:
     """Ask an LLM for kernels, judge them, feed back what failed, and refine the best."""
 
@@ -89,7 +91,8 @@ def generate(
         if resume is not None and problem:
             raise UserError("--resume runs the stored run's problems and settings: drop --problem (only budget options may change)")
         if resume is None:  # bad input is reported before a database file is made
-            archive = ArchiveConfig(islands=islands, migration_interval=migration_interval, seed=seed) if islands else None
+            archive = ArchiveConfig(islands=islands, migration_interval=migration_interval, seed=seed,
+                                    inspirations=inspirations, crossover=crossover) if islands else None
             config = RunConfig(samples=samples, turns=turns, concurrency=concurrency, out_dir=out_dir,
                                budget=budget or Budget(), archive=archive)
             spec = runs.RunSpec(problems=_names(problem), model=model, base_url=base_url,

@@ -49,7 +49,7 @@ def test_trace_has_one_line_per_call_consistent_with_the_db(tmp_path, monkeypatc
         assert line["parent_generation_id"] == g.parent_generation_id and line["solution_sha256"] == g.solution_sha256
         assert (line["status"], line["speedup"]) == (verdicts[g.solution_sha256].status, None)
     by_id = {ln["generation_id"]: ln for ln in lines}
-    refines = [ln for ln in lines if ln["turn"] == 1]
+    refines = sorted((ln for ln in lines if ln["turn"] == 1), key=lambda ln: ln["sample"])  # calls run concurrently
     assert [ln["prompt_kind"] for ln in refines] == ["refine", "refine"] and [ln["island"] for ln in refines] == [0, 1]
     assert all(ln["parent_sha256"] == by_id[ln["parent_generation_id"]]["solution_sha256"] for ln in refines)
     assert sorted(ln["prompt_tokens"] for ln in lines) == [10, 11, 12, 13] and {ln["status"] for ln in lines} == {"truncated"}
