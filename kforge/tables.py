@@ -32,11 +32,12 @@ def short_name(path: str | None, fallback: str = "-") -> str:
     return _HEX_RUN.sub(lambda m: m.group()[:8] + "…", Path(path).name)
 
 
-def wrap_name(name: str, width: int = _NAME_WIDTH) -> str:
+def wrap_name(name: str, width: int = _NAME_WIDTH, breaks: str = "_") -> str:
     """An identifier broken into lines after underscores (12_Matmul_with_diagonal_ / matrices_), never inside
-    a part: KernelBench's names run to 60 characters."""
+    a part: KernelBench's names run to 60 characters. Model names break after / and - instead."""
     lines = [""]
-    for part in re.findall(r"[^_]*_|[^_]+$", name):
+    cut = re.escape(breaks)
+    for part in re.findall(rf"[^{cut}]*[{cut}]|[^{cut}]+$", name):
         if lines[-1] and len(lines[-1]) + len(part) > width:
             lines.append("")
         lines[-1] += part
@@ -96,18 +97,16 @@ def leaderboard(rows: list[dict], width: int) -> Table:
     return table
 
 
-def usd(cost: float, unpriced: int) -> str:
-    """Dollars, with the calls no price covered: a total must not look complete when it is not."""
-    return f"{cost:.4f}" + (f" +{unpriced} unpriced" if unpriced else "")
-
-
 def spend(rows: list[SpendRow], title: str) -> Table:
-    """LLM spend per group (SpendRow: run, problem, model): calls, tokens in and out, dollars."""
+    """LLM spend per problem and model (SpendRow): calls, tokens in and out, dollars, and the calls no price
+    covered (so a total never looks complete when it is not)."""
     table = _table(title, "problem / model")
-    _numbers(table, "calls", "tokens in", "tokens out", "USD")
+    _numbers(table, "calls", "tok in", "tok out", "USD", "unpriced")
     for r in rows:
-        name = _named(r.problem or "-", r.model or "-") if r.problem else Text(r.model or f"run {r.run_id}")
-        table.add_row(name, str(r.calls), str(r.prompt_tokens), str(r.completion_tokens), usd(r.cost_usd, r.unpriced))
+        name = Text(wrap_name(r.problem or "-"), style="bold")
+        name.append("\n" + wrap_name(r.model or "-", breaks="/-"), style="dim")
+        table.add_row(name, str(r.calls), str(r.prompt_tokens), str(r.completion_tokens), f"{r.cost_usd:.4f}",
+                      str(r.unpriced))
     return table
 
 
