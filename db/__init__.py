@@ -5,10 +5,11 @@ Stores plain values handed over by callers; knows nothing of the evaluator or th
 
 from db.database import ORIGINS, Database
 from db.engine import ConflictError, DatabaseError, NotFoundError, default_url
-from db.rows import EvaluationRow, GenerationRow, LeaderRow, ProblemRow, SolutionRow
+from db.rows import ArchiveRow, EvaluationRow, GenerationRow, LeaderRow, ProblemRow, RunRow, SolutionRow, SpendRow
 
 __all__ = [
     "ORIGINS",
+    "ArchiveRow",
     "ConflictError",
     "Database",
     "DatabaseError",
@@ -17,6 +18,8 @@ __all__ = [
     "LeaderRow",
     "NotFoundError",
     "ProblemRow",
+    "RunRow",
     "SolutionRow",
+    "SpendRow",
     "default_url",
 ]

@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import migrate
+from db.archive import ArchiveCells
 from db.engine import (
     WRITE,
     ConflictError,
@@ -43,6 +44,7 @@ from db.rows import (
     problem_row,
     solution_row,
 )
+from db.runs import Runs
 from db.standings import Standings, problem_id_of, tally
 
 ORIGINS = ("seed", "example", "repair", "generated", "submitted")
@@ -70,7 +72,7 @@ _NEWEST_EVAL = (Evaluation.created_at.desc(), Evaluation.id.desc())
 _NEWEST_GEN = (Generation.created_at.desc(), Generation.id.desc())
 
 
-class Database(Standings):
+class Database(Standings, Runs, ArchiveCells):
     """Results store of kforge. Every method is one short transaction and returns plain rows."""
 
     def __init__(self, url: str) -> None:
@@ -164,6 +166,7 @@ class Database(Standings):
         model: str | None = None,
         seed_id: str | None = None,
         parent_sha256: str | None = None,
+        normalized_sha256: str | None = None,
     ) -> int:
         """One row per source hash, so re-submitting the same code reuses its evaluations."""
         if origin not in ORIGINS:
@@ -177,13 +180,15 @@ class Database(Standings):
             row = s.scalar(select(Solution).where(Solution.sha256 == sha256))
             if row is None:
                 row = Solution(sha256=sha256, problem_id=problem_id, source=source, path=path, origin=origin,
-                               model=model, seed_id=seed_id, parent_id=parent_id)  # fmt: skip
+                               model=model, seed_id=seed_id, parent_id=parent_id,
+                               normalized_sha256=normalized_sha256)  # fmt: skip
                 s.add(row)
                 s.flush()
             elif row.problem_id != problem_id:
                 raise ConflictError(f"solution {sha256!r} is already stored for problem {row.problem.name!r}")
             else:
-                _fill_blanks(row, path=path, model=model, seed_id=seed_id, parent_id=parent_id)
+                _fill_blanks(row, path=path, model=model, seed_id=seed_id, parent_id=parent_id,
+                             normalized_sha256=normalized_sha256)
             return row.id
 
     @guarded

@@ -83,6 +83,7 @@ class Solution(Base):
     model: Mapped[str | None]
     seed_id: Mapped[str | None]
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("solutions.id"))
+    normalized_sha256: Mapped[str | None] = mapped_column(index=True)  # comments and whitespace dropped: twins
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     problem: Mapped[Problem] = relationship(lazy="joined")
@@ -133,6 +134,40 @@ class EvaluationTally(Base):
     best_id: Mapped[int | None] = mapped_column(ForeignKey("evaluations.id"))  # see database._RANKED and _BEST
 
 
+class Run(Base):
+    """One `kforge generate` run: the settings it was started with (budgets included) and how far it got, so
+    `--resume` continues it; its spend is the sum of its generations plus the wall seconds it has run."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    settings: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(default="running")  # running|stopped|finished
+    stop_reason: Mapped[str] = mapped_column(Text, default="")
+    wall_s: Mapped[float] = mapped_column(default=0.0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ArchiveCell(Base):
+    """One cell of a problem's program archive: per island, the elite (fastest correct) solution of one MAP-Elites
+    cell on one device and size; migrated_from names the island it was copied from, if it came by migration."""
+
+    __tablename__ = "archive_cells"
+
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
+    device_name: Mapped[str] = mapped_column(primary_key=True)
+    size: Mapped[str] = mapped_column(primary_key=True)
+    island: Mapped[int] = mapped_column(primary_key=True)
+    cell: Mapped[str] = mapped_column(primary_key=True)
+    solution_id: Mapped[int] = mapped_column(ForeignKey("solutions.id"))
+    speedup: Mapped[float]
+    migrated_from: Mapped[int | None]
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    solution: Mapped[Solution] = relationship()  # not joined by default: a cell is read FOR UPDATE alone
+
+
 class Generation(Base):
     """One paid LLM call; request_hash lets the pipeline reuse a response instead of paying twice."""
 
@@ -150,6 +185,10 @@ class Generation(Base):
     cost_usd: Mapped[float | None]
     latency_s: Mapped[float] = mapped_column(default=0.0)
     turn: Mapped[int] = mapped_column(default=0)
+    sample: Mapped[int] = mapped_column(default=0, server_default="0")
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"), index=True)
+    island: Mapped[int | None]
+    prompt_kind: Mapped[str] = mapped_column(default="draft", server_default="draft")  # draft|refine
     parent_generation_id: Mapped[int | None] = mapped_column(ForeignKey("generations.id"))
     solution_id: Mapped[int | None] = mapped_column(ForeignKey("solutions.id"))
     extraction_status: Mapped[str] = mapped_column(default="ok")  # ok|truncated|no_code|no_model_new

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from db.models import Evaluation, Generation, Problem, Solution
+from db.models import ArchiveCell, Evaluation, Generation, Problem, Solution
 
 EVAL_FIELDS = frozenset(c.key for c in Evaluation.__table__.columns) - {"id", "solution_id"}
 GEN_FIELDS = frozenset(c.key for c in Generation.__table__.columns) - {"id", "problem_id", "solution_id"}
@@ -41,6 +41,7 @@ class SolutionRow(_Row):
     model: str | None
     seed_id: str | None
     parent_sha256: str | None
+    normalized_sha256: str | None = None
     created_at: datetime
 
 
@@ -105,10 +106,58 @@ class GenerationRow(_Row):
     cost_usd: float | None
     latency_s: float
     turn: int
+    sample: int
+    run_id: int | None
+    island: int | None
+    prompt_kind: str
     parent_generation_id: int | None
     solution_sha256: str | None
     extraction_status: str
     created_at: datetime
+
+
+class RunRow(_Row):
+    """A generate run: its settings, status, and what it has spent (tokens and dollars summed over its calls)."""
+
+    id: int
+    settings: dict[str, Any]
+    status: str
+    stop_reason: str
+    wall_s: float
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    created_at: datetime
+    updated_at: datetime
+
+
+class SpendRow(_Row):
+    """LLM spend of one group (a run, a problem, a model, or their combination): calls, tokens, dollars.
+    unpriced counts calls whose model had no price, so a total in dollars never hides them."""
+
+    run_id: int | None = None
+    problem: str | None = None
+    model: str | None = None
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    unpriced: int
+
+
+class ArchiveRow(_Row):
+    """One elite of a problem's archive: island, MAP-Elites cell, its solution and speedup."""
+
+    problem: str
+    device_name: str
+    size: str
+    island: int
+    cell: str
+    solution_sha256: str
+    speedup: float
+    migrated_from: int | None
+    updated_at: datetime
 
 
 def problem_row(problem: Problem) -> ProblemRow:
@@ -117,7 +166,8 @@ def problem_row(problem: Problem) -> ProblemRow:
 
 def solution_row(sol: Solution) -> SolutionRow:
     parent = sol.parent.sha256 if sol.parent is not None else None
-    cols = {k: getattr(sol, k) for k in ("id", "sha256", "path", "source", "origin", "model", "seed_id", "created_at")}
+    cols = {k: getattr(sol, k) for k in ("id", "sha256", "path", "source", "origin", "model", "seed_id", "normalized_sha256",
+                                         "created_at")}
     return SolutionRow(problem=sol.problem.name, parent_sha256=parent, **cols)
 
 
@@ -133,6 +183,11 @@ def generation_row(gen: Generation) -> GenerationRow:
     cols = {k: getattr(gen, k) for k in GEN_FIELDS}
     sha = gen.solution.sha256 if gen.solution is not None else None
     return GenerationRow(id=gen.id, problem=gen.problem.name, solution_sha256=sha, **cols)
+
+
+def archive_row(cell: ArchiveCell) -> ArchiveRow:
+    cols = {k: getattr(cell, k) for k in ("device_name", "size", "island", "cell", "speedup", "migrated_from", "updated_at")}
+    return ArchiveRow(problem=cell.solution.problem.name, solution_sha256=cell.solution.sha256, **cols)
 
 
 def leader_row(problem: Problem, n_solutions: int, counts: dict[str, int], best: Evaluation | None) -> LeaderRow:

@@ -27,7 +27,8 @@ def register_problem(database: Database, problem: Problem) -> None:
 
 
 def record_solution(database: Database, job: CandidateJob, *, origin: str | None = None, model: str | None = None,
-                    parent_sha256: str | None = None, seed_id: str | None = None) -> str:
+                    parent_sha256: str | None = None, seed_id: str | None = None,
+                    normalized_sha256: str | None = None) -> str:
     """Store the job's bytes, under the hash they are judged by, with their lineage; a parent named in the sidecar
     is stored first. What the sidecar says wins over `seed_id`."""
     prov = provenance(job.path)
@@ -38,7 +39,8 @@ def record_solution(database: Database, job: CandidateJob, *, origin: str | None
     register_problem(database, job.problem)
     database.upsert_solution(job.sha256, job.problem.name, job.text, path=str(job.path),
                              origin=origin or prov["origin"] or "submitted", model=model or prov["model"],
-                             seed_id=prov["seed_id"] or seed_id, parent_sha256=parent)
+                             seed_id=prov["seed_id"] or seed_id, parent_sha256=parent,
+                             normalized_sha256=normalized_sha256)
     return job.sha256
 
 

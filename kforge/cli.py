@@ -240,7 +240,8 @@ def show(solution: Annotated[str, typer.Argument(help="solution sha256 (a prefix
     """The stored evaluations of one solution, with their evidence."""
     path = Path(solution)
     sha = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else solution
-    rows = [r for r in open_db(db).evaluations() if r.solution_sha256.startswith(sha)]
+    database = open_db(db)
+    rows = [r for r in database.evaluations() if r.solution_sha256.startswith(sha)]
     if not rows:
         raise UserError(f"no stored evaluation for {solution}")
     matches = sorted({r.solution_sha256 for r in rows})
@@ -255,6 +256,8 @@ def show(solution: Annotated[str, typer.Argument(help="solution sha256 (a prefix
         out.rule(f"#{r.id} {r.problem} {Path(r.solution_path or '').name} on {r.device_name} ({r.size})")
         out.print(f"status: [bold]{r.status}[/]  speedup: {tables.fmt(r.speedup)}  at {r.created_at:%Y-%m-%d %H:%M}")
         out.print(json.dumps({k: v for k, v in r.evidence.items() if v not in (None, "", [], {})}, indent=1), markup=False)
+    for line in tables.written_by(database, rows[0].problem, matches[0]):
+        out.print(line, markup=False, highlight=False)
 
 
 _LAZY = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}

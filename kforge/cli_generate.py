@@ -11,8 +11,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pydantic import ValidationError
+
 from db import Database, DatabaseError
 from evaluator import EvalSettings, EvaluatorError
+from kforge import tables
+from pipeline import runs
+from pipeline.archive import ArchiveConfig
+from pipeline.budget import Budget, Meter
+from pipeline.ledger import LedgerError, PriceTable
 from pipeline.llm import LLMError, LLMSettings, OpenAIChat, Provider
 from pipeline.loop import DEFAULT_OUT, Candidate, Loop, RunConfig, RunResult
 from pipeline.replay import ReplayProvider
@@ -23,9 +30,10 @@ out = Console()
 err = Console(stderr=True)
 
 
-def candidate_line(c: Candidate) -> dict:
+def candidate_line(c: Candidate, run_id: int | None = None) -> dict:
     v = c.verdict
-    return {"problem": c.problem, "turn": c.turn, "sample": c.sample, "status": c.status,
+    return {"run_id": run_id, "problem": c.problem, "turn": c.turn, "sample": c.sample, "island": c.island,
+            "status": c.status, "duplicate_of": c.duplicate_of,
             "speedup": v.speedup if v else None, "solution_sha256": v.solution_sha256 if v else None,
             "path": str(c.path) if c.path else None, "parent_sha256": c.parent_sha256,
             "extraction": c.extraction.status.value, "cause": (v.evidence.cause if v else "") or c.extraction.cause,
@@ -52,7 +60,7 @@ def best_table(results: list[RunResult]) -> Table:
 
 
 def generate(
-    problem: Annotated[str, typer.Option("--problem", "-p", help="registered name or path; several comma-separated")],
+    problem: Annotated[Optional[str], typer.Option("--problem", "-p", help="registered name or path; several comma-separated")] = None,
     samples: Annotated[int, typer.Option("--samples", "-n", min=1, help="candidates drawn per turn")] = 1,
     turns: Annotated[int, typer.Option("--turns", "-t", min=1, help="rounds: 1 = sample only, 2 = sample then refine once, ...")] = 1,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="model name (default $KFORGE_LLM_MODEL)")] = None,
@@ -64,39 +72,119 @@ def generate(
     json_out: Annotated[bool, typer.Option("--json", help="one JSON object per candidate")] = False,
     out_dir: Annotated[Path, typer.Option("--out", help="where candidate files are written")] = DEFAULT_OUT,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="LLM calls in flight")] = 4,
+    prices: Annotated[Optional[Path], typer.Option("--prices", help='JSON price table {"MODEL": {"prompt": USD, "completion": USD}} per 1M tokens (default $KFORGE_LLM_PRICES)')] = None,
+    budget_tokens: Annotated[Optional[int], typer.Option("--budget-tokens", min=1, help="stop the run once its calls used this many tokens")] = None,
+    budget_usd: Annotated[Optional[float], typer.Option("--budget-usd", min=0, help="stop once its calls cost this many dollars (needs a price)")] = None,
+    budget_seconds: Annotated[Optional[float], typer.Option("--budget-seconds", min=0, help="stop after this many wall seconds (over all its sessions)")] = None,
+    budget_candidates: Annotated[Optional[int], typer.Option("--budget-candidates", min=1, help="stop after this many paid answers")] = None,
+    resume: Annotated[Optional[int], typer.Option("--resume", help="continue run ID with its stored settings (budget options given replace its budget)")] = None,
+    islands: Annotated[int, typer.Option("--islands", min=0, help="program archive with this many islands (0: refine the best)")] = 0,
+    migration_interval: Annotated[int, typer.Option("--migration-interval", min=1, help="turns between migrations of each island's best")] = 2,
+    seed: Annotated[int, typer.Option("--seed", help="seed of the archive's parent draws")] = 0,
+    inspirations: Annotated[int, typer.Option("--inspirations", min=0, help="other archive kernels shown in a refine prompt")] = 0,
+    crossover: Annotated[float, typer.Option("--crossover", min=0, max=1, help="probability that a parent is combined with another")] = 0.0,
 ) -> None:
     """Ask an LLM for kernels, judge them, feed back what failed, and refine the best."""
 
     try:
-        problems = [resolve_problem(name.strip()) for name in problem.split(",") if name.strip()]
-        llm = LLMSettings(**{k: v for k, v in (("model", model), ("base_url", base_url)) if v})
-        config = RunConfig(samples=samples, turns=turns, concurrency=concurrency, out_dir=out_dir,
-                           temperature=llm.temperature, max_tokens=llm.max_tokens)
-        provider = ReplayProvider(replay, model=model or "replay") if replay else OpenAIChat(llm)  # replay: free, offline
-        results = run_all(provider, open_db(db_url), eval_settings(device, size), config, problems, json_out)
-    except (UserError, ProblemError, DatabaseError, EvaluatorError, LLMError) as exc:
+        budget = _budget(budget_tokens, budget_usd, budget_seconds, budget_candidates)
+        if resume is not None and problem:
+            raise UserError("--resume runs the stored run's problems and settings: drop --problem (only budget options may change)")
+        if resume is None:  # bad input is reported before a database file is made
+            archive = ArchiveConfig(islands=islands, migration_interval=migration_interval, seed=seed,
+                                    inspirations=inspirations, crossover=crossover) if islands else None
+            config = RunConfig(samples=samples, turns=turns, concurrency=concurrency, out_dir=out_dir,
+                               budget=budget or Budget(), archive=archive)
+            spec = runs.RunSpec(problems=_names(problem), model=model, base_url=base_url,
+                                replay=str(replay) if replay else None, device=device or "", size=size, config=config)
+            problems, provider, llm, settings = _prepare(spec, prices)
+            database = open_db(db_url)
+            spec.device, spec.size = settings.device, settings.size
+            run_id, meter = runs.start(database, spec)
+        else:
+            database = open_db(db_url)
+            run_id = resume
+            spec, meter = runs.resume(database, resume, budget)
+            problems, provider, llm, settings = _prepare(spec, prices)
+        config = spec.config.model_copy(update={"temperature": llm.temperature, "max_tokens": llm.max_tokens})
+        results = run_all(provider, database, settings, config, problems, json_out, run_id, meter)
+    except (UserError, ProblemError, DatabaseError, EvaluatorError, LLMError, LedgerError, runs.RunError) as exc:
         err.print(f"kforge: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     for message in (e for r in results for e in r.errors):
         err.print(f"kforge: {message}", markup=False, highlight=False, soft_wrap=True)
+    reason = next((r.stopped for r in results if r.stopped), None)
     if not json_out:
         out.print(best_table(results))
-    if not any(r.candidates for r in results):
+        out.print(tables.spend(database.spend(by=("problem", "model"), run_id=run_id), f"run {run_id}: spend"))
+    ending = f"stopped: {reason}; continue with --resume {run_id}" if reason else "finished"
+    err.print(f"kforge: run {run_id} {ending}", markup=False, highlight=False, soft_wrap=True)
+    if not any(r.candidates for r in results) and not reason:
         raise typer.Exit(1)
 
 
+def _names(problem: str | None) -> list[str]:
+    names = [name.strip() for name in (problem or "").split(",") if name.strip()]
+    if not names:
+        raise UserError("--problem is required (or --resume RUN_ID)")
+    return names
+
+
+def _budget(tokens: int | None, usd: float | None, seconds: float | None, candidates: int | None) -> Budget | None:
+    """The budget options given, or None when none is (a resumed run then keeps its own)."""
+    given = {"max_tokens": tokens, "max_cost_usd": usd, "max_wall_s": seconds, "max_candidates": candidates}
+    if all(v is None for v in given.values()):
+        return None
+    try:
+        return Budget(**given)
+    except ValidationError as exc:
+        raise UserError(f"budget: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}") from None
+
+
+def _prepare(spec: runs.RunSpec, prices: Path | None) -> tuple[list[Problem], Provider, LLMSettings, EvalSettings]:
+    """The spec's problems, provider, LLM settings and evaluation settings, each checked (one-line errors)."""
+    problems = [resolve_problem(name) for name in spec.problems]
+    llm = _llm_settings(spec, prices)
+    settings = eval_settings(spec.device or None, spec.size)
+    if spec.config.budget.max_cost_usd is not None and not spec.replay and llm.model not in llm.prices.root:
+        raise UserError(f"--budget-usd needs a price for model {llm.model!r}: pass --prices or set KFORGE_LLM_PRICES")
+    provider = ReplayProvider(Path(spec.replay), model=spec.model or "replay") if spec.replay else OpenAIChat(llm)
+    return problems, provider, llm, settings
+
+
+def _llm_settings(spec: runs.RunSpec, prices: Path | None) -> LLMSettings:
+    try:
+        llm = LLMSettings(**{k: v for k, v in (("model", spec.model), ("base_url", spec.base_url)) if v})
+    except ValidationError as exc:
+        raise UserError(f"KFORGE_LLM_*: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}") from None
+    return llm.model_copy(update={"prices": PriceTable.load(prices)}) if prices else llm
+
+
 def run_all(provider: Provider, database: Database, settings: EvalSettings, config: RunConfig,
-            problems: list[Problem], json_out: bool) -> list[RunResult]:
-    """Progress counts LLM answers and verdicts; --json prints each candidate as it is judged."""
+            problems: list[Problem], json_out: bool, run_id: int | None = None,
+            meter: Meter | None = None) -> list[RunResult]:
+    """Progress counts LLM answers and verdicts; --json prints each candidate as it is judged. However the run
+    ends, its row says how (stopped by a budget, finished, or interrupted) and how long it ran."""
     total = 2 * config.samples * config.turns * len(problems)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    meter = meter or Meter(config.budget)
+    results: list[RunResult] = []
     with Progress(*columns, console=err, disable=json_out, transient=True) as progress:
         task = progress.add_task("generating", total=total)
 
         def on_event(kind: str, c: Candidate) -> None:
             progress.update(task, advance=1, description=f"{c.problem} turn {c.turn} sample {c.sample}: {c.status if kind == 'judged' else 'answered'}")
             if kind == "judged" and json_out:
-                print(json.dumps(candidate_line(c)), flush=True)
+                print(json.dumps(candidate_line(c, run_id)), flush=True)
 
-        loop = Loop(provider, database, settings, config, events=on_event)
-        return [loop.run(p) for p in problems]
+        loop = Loop(provider, database, settings, config, events=on_event, run_id=run_id, meter=meter)
+        try:
+            for p in problems:
+                results.append(loop.run(p))
+        except BaseException:
+            if run_id is not None:
+                database.update_run(run_id, status="stopped", stop_reason="interrupted", add_wall_s=meter.session_wall_s())
+            raise
+    if run_id is not None:
+        runs.finish(database, run_id, meter, results)
+    return results

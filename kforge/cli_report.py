@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -27,17 +27,27 @@ def report(out_dir: Annotated[Path, typer.Option("--html", help="directory to wr
 
 
 @friendly
-def export(file: Annotated[Path, typer.Option("--jsonl", help="file to write, '-' for stdout")], db: DbOpt = None) -> None:
-    """Write every problem, solution and evaluation as JSON lines, for `kforge import` elsewhere."""
+def export(file: Annotated[Optional[Path], typer.Option("--jsonl", help="file to write, '-' for stdout")] = None,
+           trace: Annotated[Optional[Path], typer.Option("--trace", help="write the evolution trace instead: one JSON line per LLM call ('-' for stdout)")] = None,
+           db: DbOpt = None) -> None:
+    """Write every problem, solution and evaluation as JSON lines, for `kforge import` elsewhere (--jsonl), or the
+    evolution trace of the agent's calls (--trace)."""
+    if (file is None) == (trace is None):
+        raise UserError("give one of --jsonl FILE or --trace FILE")
+    from kforge.trace import export_trace
     from kforge.transfer import export_jsonl
 
     database = open_db(db)
-    if str(file) == "-":
-        counts = export_jsonl(database, typer.get_text_stream("stdout"))
+    target, write = (file, export_jsonl) if file is not None else (trace, export_trace)
+    if str(target) == "-":
+        counts = write(database, typer.get_text_stream("stdout"))
     else:
-        with file.open("w") as fh:
-            counts = export_jsonl(database, fh)
-    err.print("exported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()) if counts else "nothing to export")
+        with target.open("w") as fh:
+            counts = write(database, fh)
+    if file is None:
+        err.print(f"exported {counts} generations")
+    else:
+        err.print("exported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()) if counts else "nothing to export")
 
 
 @friendly

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from db import Database, SpendRow
 
 _HEX_RUN = re.compile(r"[0-9a-f]{16,}")
 _NAME_WIDTH = 26  # problem and solution names wrap at underscores to this width
@@ -28,11 +32,12 @@ def short_name(path: str | None, fallback: str = "-") -> str:
     return _HEX_RUN.sub(lambda m: m.group()[:8] + "…", Path(path).name)
 
 
-def wrap_name(name: str, width: int = _NAME_WIDTH) -> str:
+def wrap_name(name: str, width: int = _NAME_WIDTH, breaks: str = "_") -> str:
     """An identifier broken into lines after underscores (12_Matmul_with_diagonal_ / matrices_), never inside
-    a part: KernelBench's names run to 60 characters."""
+    a part: KernelBench's names run to 60 characters. Model names break after / and - instead."""
     lines = [""]
-    for part in re.findall(r"[^_]*_|[^_]+$", name):
+    cut = re.escape(breaks)
+    for part in re.findall(rf"[^{cut}]*[{cut}]|[^{cut}]+$", name):
         if lines[-1] and len(lines[-1]) + len(part) > width:
             lines.append("")
         lines[-1] += part
@@ -90,3 +95,33 @@ def leaderboard(rows: list[dict], width: int) -> Table:
         cells += [fmt(r["speedup_vs_compile"]), fmt(r["candidate_ms"]), fmt(r["reference_ms"])] if wide else []
         table.add_row(*cells, counts)
     return table
+
+
+def spend(rows: list[SpendRow], title: str) -> Table:
+    """LLM spend per problem and model (SpendRow): calls, tokens in and out, dollars, and the calls no price
+    covered (so a total never looks complete when it is not)."""
+    table = _table(title, "problem / model")
+    _numbers(table, "calls", "tok in", "tok out", "USD", "unpriced")
+    for r in rows:
+        name = Text(wrap_name(r.problem or "-"), style="bold")
+        name.append("\n" + wrap_name(r.model or "-", breaks="/-"), style="dim")
+        table.add_row(name, str(r.calls), str(r.prompt_tokens), str(r.completion_tokens), f"{r.cost_usd:.4f}",
+                      str(r.unpriced))
+    return table
+
+
+def written_by(database: Database, problem: str, sha256: str) -> list[str]:
+    """Lines (each under 80 columns) naming the LLM calls that wrote a solution, their tokens and dollars, and the
+    spend of their run."""
+    lines = []
+    for g in (g for g in database.generations(problem) if g.solution_sha256 == sha256):
+        cost = "unpriced" if g.cost_usd is None else f"${g.cost_usd:.4f}"
+        lines.append(f"call #{g.id} by {g.model}: {g.prompt_tokens} + {g.completion_tokens} tokens, {cost}")
+        island = "" if g.island is None else f", island {g.island}"
+        lines.append(f"  turn {g.turn}, sample {g.sample}, {g.prompt_kind}{island}")
+        run = database.get_run(g.run_id) if g.run_id is not None else None
+        if run is not None:
+            lines.append(f"run {run.id} {run.status}: {run.calls} calls, {run.prompt_tokens + run.completion_tokens} "
+                         f"tokens, ${run.cost_usd:.4f}, {run.wall_s:.0f} s")
+            lines += [f"  {run.stop_reason}"] if run.stop_reason else []
+    return lines

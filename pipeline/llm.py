@@ -8,14 +8,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pipeline.ledger import PriceTable, Usage
+
 
 class LLMError(RuntimeError):
     """No answer could be had (server down, out of retries, no recording): one line, never the API key."""
-
-
-class Usage(BaseModel):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
 
 
 class LLMRequest(BaseModel):
@@ -62,13 +59,7 @@ class LLMSettings(BaseSettings):
     max_retries: int = 5  # on 408/409/429/5xx and connection errors, exponential backoff (openai's own)
     temperature: float | None = None
     max_tokens: int | None = None
-    usd_per_mtok_prompt: float | None = None
-    usd_per_mtok_completion: float | None = None
-
-    def cost(self, usage: Usage) -> float | None:
-        if self.usd_per_mtok_prompt is None or self.usd_per_mtok_completion is None:
-            return None
-        return (usage.prompt_tokens * self.usd_per_mtok_prompt + usage.completion_tokens * self.usd_per_mtok_completion) / 1e6
+    prices: PriceTable = Field(default_factory=PriceTable)  # KFORGE_LLM_PRICES='{"MODEL": {"prompt": 3, "completion": 15}}'
 
 
 class OpenAIChat:
@@ -104,7 +95,7 @@ class OpenAIChat:
         choice = reply.choices[0]
         return LLMResponse(text=choice.message.content or "", usage=usage, latency_s=time.monotonic() - start,
                            model=reply.model or self.model, finish_reason=choice.finish_reason,
-                           cost_usd=self.settings.cost(usage))
+                           cost_usd=self.settings.prices.cost(self.model, usage))
 
 
 def _first_line(text: str) -> str:

@@ -1,4 +1,7 @@
-"""The agent loop: sample N candidates, judge them, feed back what failed, refine the best, store everything."""
+"""The agent loop: sample N candidates, judge them, feed back what failed, refine a parent, store everything.
+Parents are the problem's best (or latest failure), or, with an archive, drawn per sample from its island
+(pipeline/archive.py). Every paid call goes through the run's budget meter (pipeline/budget.py); a resumed run
+takes back the answers it already paid for by (problem, turn, sample)."""
 
 from __future__ import annotations
 
@@ -10,15 +13,19 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, Field
 
-from db import Database
+from db import Database, EvaluationRow
 from evaluator import CandidateJob, EvalSettings, Evidence, Status, Verdict
 from evaluator.hardware import device_name
 from judging.record import record_solution, record_verdict, register_problem
-from judging.reuse import evaluate_and_record, split_stored, verdict_from_row
+from judging.reuse import NOT_REUSED, evaluate_and_record, split_stored, verdict_from_row
 from pipeline import cache
+from pipeline.archive import Archive, ArchiveConfig, Pick, island_of
+from pipeline.budget import Budget, BudgetExhausted, Meter
+from pipeline.dedupe import normalized_sha256
 from pipeline.extract import VERDICT_STATUS, Extraction, extract
-from pipeline.llm import LLMError, LLMRequest, Provider, Usage
-from prompts import Turn, chat_messages
+from pipeline.llm import LLMError, LLMRequest, LLMResponse, Provider, Usage
+from pipeline.features import technique
+from prompts import Program, Turn, chat_messages, crossover_messages
 from reference_problems import Problem
 
 DEFAULT_OUT = Path.home() / ".kforge" / "generations"
@@ -32,6 +39,8 @@ class RunConfig(BaseModel):
     out_dir: Path = DEFAULT_OUT
     temperature: float | None = None
     max_tokens: int | None = None
+    budget: Budget = Field(default_factory=Budget)
+    archive: ArchiveConfig | None = None  # None: every sample of a turn refines the problem's best or latest failure
 
 
 class Parent(BaseModel):
@@ -41,6 +50,23 @@ class Parent(BaseModel):
     source: str
     verdict: Verdict
     generation_id: int | None = None
+
+
+class Slot(BaseModel):
+    """One sample of a turn: the island it works on (with an archive), the parent it refines, and with an archive
+    the partner to combine it with (a crossover) or the other kernels shown beside it."""
+
+    sample: int
+    island: int | None = None
+    parent: Parent | None = None
+    mode: str | None = None  # how the archive picked the parent: exploit, explore or history
+    partner: Parent | None = None
+    inspirations: list[Program] = Field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        """The prompt this slot asks with, as stored on its generation."""
+        return "crossover" if self.partner else "refine" if self.parent else "draft"
 
 
 class Candidate(BaseModel):
@@ -55,6 +81,8 @@ class Candidate(BaseModel):
     path: Path | None = None
     verdict: Verdict | None = None  # None only when the answer had no code
     parent_sha256: str | None = None
+    island: int | None = None
+    duplicate_of: str | None = None  # the evaluated solution whose normalized code this one repeats
 
     @property
     def status(self) -> str:
@@ -71,6 +99,8 @@ class RunResult(BaseModel):
     problem: str
     candidates: list[Candidate] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
+    stopped: str | None = None  # the budget limit that ended the run
+    migrations: list[tuple[int, int, str]] = Field(default_factory=list)  # (from island, to island, sha256)
 
     def best(self) -> Candidate | None:
         return max(self.candidates, key=Candidate.rank, default=None)
@@ -95,12 +125,22 @@ def select_parent(database: Database, problem: Problem, settings: EvalSettings) 
             if r.device == settings.device and r.size == settings.size and r.status != Status.SKIPPED.value]
     correct = [r for r in rows if r.status == Status.CORRECT.value]
     chosen = max(correct, key=lambda r: r.speedup or 0.0, default=None) or (rows[0] if rows else None)
-    if chosen is None:
-        return None
-    solution = database.get_solution(chosen.solution_sha256)
-    generation = next((g.id for g in database.generations(problem.name) if g.solution_sha256 == chosen.solution_sha256), None)
-    return Parent(sha256=chosen.solution_sha256, source=solution.source, verdict=verdict_from_row(chosen),
+    return None if chosen is None else parent_of(database, problem, chosen)
+
+
+def parent_of(database: Database, problem: Problem, row: EvaluationRow) -> Parent:
+    """A stored evaluation as a parent: its code, its verdict, and the call that wrote it (if one did)."""
+    solution = database.get_solution(row.solution_sha256)
+    generation = next((g.id for g in database.generations(problem.name) if g.solution_sha256 == row.solution_sha256), None)
+    return Parent(sha256=row.solution_sha256, source=solution.source, verdict=verdict_from_row(row),
                   generation_id=generation)
+
+
+def program_of(parent: Parent) -> Program:
+    """A correct stored kernel as the prompts show it: code, speedup, median time, technique."""
+    v = parent.verdict
+    return Program(source=parent.source, speedup=v.speedup or 0.0, median_ms=v.candidate.median_ms if v.candidate else None,
+                   technique=technique(parent.source))
 
 
 def static_verdict(extraction: Extraction, path: Path, problem: Problem, settings: EvalSettings) -> Verdict:
@@ -112,67 +152,144 @@ def static_verdict(extraction: Extraction, path: Path, problem: Problem, setting
 
 
 class Loop:
-    """One run against one problem: every call, candidate and verdict goes to the db as it happens."""
+    """One run against one problem at a time: every call, candidate and verdict goes to the db as it happens. With
+    run_id, calls are recorded as the run's and a resumed run takes back the answers it already paid for."""
 
     def __init__(self, provider: Provider, database: Database, settings: EvalSettings, config: RunConfig,
-                 events: Events | None = None) -> None:
+                 events: Events | None = None, run_id: int | None = None, meter: Meter | None = None) -> None:
         self.provider, self.database, self.settings, self.config = provider, database, settings, config
         self.events = events or (lambda kind, candidate: None)
+        self.run_id = run_id
+        self.meter = meter or Meter(config.budget)
 
     def run(self, problem: Problem) -> RunResult:
         register_problem(self.database, problem)
         result = RunResult(problem=problem.name)
+        archive = self._archive(problem)
         for turn in range(self.config.turns):
-            parent = select_parent(self.database, problem, self.settings) if turn else None
-            if turn and parent is None:
+            if reason := self.meter.stop_reason():
+                result.stopped = reason
+                break
+            slots = self._slots(problem, turn, archive)
+            if turn and all(slot.parent is None for slot in slots):
                 result.errors.append(f"turn {turn}: no stored candidate of {problem.name} to refine")
                 break
-            drawn, errors = self._sample(problem, turn, parent)
+            drawn, errors, result.stopped = self._sample(problem, turn, slots)
             result.errors += errors
-            result.candidates += self._judge(problem, drawn, parent)
-            if not drawn:
+            result.candidates += self._judge(problem, drawn)
+            if archive is not None:
+                result.migrations += self._grow(archive, drawn, turn)
+            if result.stopped or not drawn:
                 break
         return result
 
-    def _sample(self, problem: Problem, turn: int, parent: Parent | None) -> tuple[list[Candidate], list[str]]:
-        """N draws of one conversation, concurrently; a failed call costs that sample only."""
-        history = [Turn(source=parent.source, verdict=parent.verdict)] if parent else []
-        messages = chat_messages(problem, history, target=self.settings.device, size=self.settings.size)
-        requests = [LLMRequest(problem=problem.name, messages=messages, sample=i, turn=turn,
-                               temperature=self.config.temperature, max_tokens=self.config.max_tokens)
-                    for i in range(self.config.samples)]
-        drawn, errors = [], []
+    def _archive(self, problem: Problem) -> Archive | None:
+        if self.config.archive is None:
+            return None
+        return Archive(self.database, self.config.archive, problem.name, device_name(self.settings.device),
+                       self.settings.size)
+
+    def _slots(self, problem: Problem, turn: int, archive: Archive | None) -> list[Slot]:
+        """Who refines what this turn: nothing on turn 0; then the classic parent, or each island's pick (the
+        classic parent while an island is empty)."""
+        samples = range(self.config.samples)
+        islands = {i: island_of(self.config.archive, i) if archive else None for i in samples}
+        if turn == 0:
+            return [Slot(sample=i, island=islands[i]) for i in samples]
+        classic = select_parent(self.database, problem, self.settings)
+        slots = []
+        for i in samples:
+            chosen = archive.choose(turn, i) if archive else None
+            slot = Slot(sample=i, island=islands[i], parent=classic)
+            slots.append(self._from_archive(problem, archive, chosen, slot) if chosen else slot)
+        return slots
+
+    def _from_archive(self, problem: Problem, archive: Archive, chosen: Pick, slot: Slot) -> Slot:
+        """The slot's parent as the archive picked it, with its partner (crossover) or the inspirations to show."""
+        def parent(sha256: str) -> Parent:
+            return parent_of(self.database, problem, self.database.find_evaluation(sha256, *archive.key[1:]))
+
+        slot.parent, slot.mode = parent(chosen.member.solution_sha256), chosen.mode
+        if chosen.partner is not None:
+            slot.partner = parent(chosen.partner.solution_sha256)
+        else:
+            slot.inspirations = [program_of(parent(m.solution_sha256)) for m in archive.inspirations({slot.parent.sha256})]
+        return slot
+
+    def _sample(self, problem: Problem, turn: int, slots: list[Slot]) -> tuple[list[Candidate], list[str], str | None]:
+        """One draw per slot, concurrently; a failed call costs that sample only, a refused one (budget) ends the run
+        after this turn's answers are judged."""
+        requests = [LLMRequest(problem=problem.name, messages=self._messages(problem, slot), sample=slot.sample,
+                               turn=turn, temperature=self.config.temperature, max_tokens=self.config.max_tokens)
+                    for slot in slots]
+        drawn, errors, stopped = [], [], None
         with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(requests))) as pool:
-            futures = [pool.submit(self._draw, problem, request, parent) for request in requests]
+            futures = [pool.submit(self._draw, problem, request, slot) for request, slot in zip(requests, slots)]
             for request, future in zip(requests, futures):
                 try:
                     drawn.append(future.result())
                 except LLMError as exc:
                     errors.append(f"turn {turn} sample {request.sample}: {exc}")
-        return drawn, errors
+                except BudgetExhausted as exc:
+                    stopped = stopped or str(exc)
+        return drawn, errors, stopped
 
-    def _draw(self, problem: Problem, request: LLMRequest, parent: Parent | None) -> Candidate:
+    def _messages(self, problem: Problem, slot: Slot) -> list[dict]:
+        where = {"target": self.settings.device, "size": self.settings.size}
+        shown_on = slot.parent.verdict.device_name if slot.parent else ""
+        if slot.partner:
+            return crossover_messages(problem, program_of(slot.parent), program_of(slot.partner), device_name=shown_on,
+                                      **where)
+        history = [Turn(source=slot.parent.source, verdict=slot.parent.verdict)] if slot.parent else []
+        return chat_messages(problem, history, inspirations=slot.inspirations, device_name=shown_on, **where)
+
+    def _answer(self, request: LLMRequest, slot: Slot) -> tuple[LLMResponse, int | None, str | None]:
+        """(response, stored generation id or None when it is new, the parent it was written for): this run's own
+        earlier answer to the slot, else any stored answer to the identical request, else a paid call."""
+        if self.run_id is not None:
+            mine = self.database.run_generation(self.run_id, request.problem, request.turn, request.sample)
+            if mine is not None:
+                parent = mine.parent_generation_id and self.database.get_generation(mine.parent_generation_id)
+                return cache.cached_response(mine), mine.id, parent.solution_sha256 if parent else None
+        parent_sha = slot.parent.sha256 if slot.parent else None
         key = cache.request_hash(self.provider.name, self.provider.model, request)
-        hit = cache.lookup(self.database, key)
-        response = hit[0] if hit else self.provider.complete(request)
+        if hit := cache.lookup(self.database, key):
+            return hit[0], hit[1], parent_sha
+        self.meter.admit()
+        try:
+            response = self.provider.complete(request)
+        except BaseException:
+            self.meter.cancel()
+            raise
+        self.meter.settle(response.usage, response.cost_usd)
+        return response, None, parent_sha
+
+    def _draw(self, problem: Problem, request: LLMRequest, slot: Slot) -> Candidate:
+        response, generation_id, parent_sha = self._answer(request, slot)
         extraction = extract(response.text, response.finish_reason)
-        parent_generation = parent.generation_id if parent else None
-        generation_id = hit[1] if hit else cache.store(self.database, key, self.provider, request, response,
-                                                        extraction.status.value, parent_generation)
+        if generation_id is None:
+            key = cache.request_hash(self.provider.name, self.provider.model, request)
+            generation_id = cache.store(self.database, key, self.provider, request, response, extraction.status.value,
+                                        slot.parent.generation_id if slot.parent else None, run_id=self.run_id,
+                                        island=slot.island, prompt_kind=slot.kind)
+            cached = False
+        else:
+            cached = True
         path = write_candidate(self.config.out_dir, problem.name, extraction.code) if extraction.code is not None else None
         candidate = Candidate(problem=problem.name, turn=request.turn, sample=request.sample, generation_id=generation_id,
-                              cached=hit is not None, usage=response.usage, cost_usd=response.cost_usd,
-                              extraction=extraction, path=path, parent_sha256=parent.sha256 if parent else None)
+                              cached=cached, usage=response.usage, cost_usd=response.cost_usd, extraction=extraction,
+                              path=path, parent_sha256=parent_sha, island=slot.island)
         self.events("answered", candidate)
         return candidate
 
-    def _judge(self, problem: Problem, drawn: list[Candidate], parent: Parent | None) -> list[Candidate]:
+    def _judge(self, problem: Problem, drawn: list[Candidate]) -> list[Candidate]:
         """Store each file; code already judged on this device keeps its verdict (a resumed run compiles nothing
-        twice); the rest is judged, each distinct file once, and every new verdict stored."""
+        twice), and so does code whose normalized form was judged; the rest is judged, each distinct code once, and
+        every new verdict stored."""
         files = [c for c in drawn if c.path is not None]
         jobs = [CandidateJob(path=c.path, problem=problem, source=c.extraction.code.encode()) for c in files]
         for job, c in zip(jobs, files):
-            self._store(job, c, parent)
+            self._store(job, c)
         reused, todo = split_stored(self.database, jobs, self.settings)
         verdicts = {job.path: judged.verdict for job, judged in reused}
         unreadable = {c.path: c.extraction for c in files if not c.extraction.ok}
@@ -180,18 +297,52 @@ class Loop:
             if job.path in unreadable:
                 verdicts[job.path] = static_verdict(unreadable[job.path], job.path, problem, self.settings)
                 record_verdict(self.database, verdicts[job.path])
-        runnable = [job for job in todo if job.path not in unreadable]
+        runnable, twins = self._twins(problem, [job for job in todo if job.path not in unreadable], verdicts)
         verdicts.update((Path(judged.verdict.solution_path), judged.verdict)
                         for judged in evaluate_and_record(self.database, runnable, self.settings))
+        for path, twin in twins.items():
+            verdicts[path] = verdicts[twin]
         for c in drawn:
             c.verdict = verdicts.get(c.path)
+            if c.verdict is not None and c.path.stem != c.verdict.solution_sha256:
+                c.duplicate_of = c.verdict.solution_sha256
             self.events("judged", c)
         return drawn
 
-    def _store(self, job: CandidateJob, c: Candidate, parent: Parent | None) -> None:
+    def _twins(self, problem: Problem, jobs: list[CandidateJob],
+               verdicts: dict[Path, Verdict]) -> tuple[list[CandidateJob], dict[Path, Path]]:
+        """(jobs to evaluate, {path: the path of its twin in this batch}). A job whose normalized code has a stored
+        verdict gets it in verdicts; of twins within the batch only the first is evaluated."""
+        todo, twins, first = [], {}, {}
+        where = device_name(self.settings.device)
+        for job in jobs:
+            key = normalized_sha256(job.text)
+            if key is not None and key in first:
+                twins[job.path] = first[key]
+                continue
+            row = key and self.database.find_twin_evaluation(problem.name, key, where, self.settings.size)
+            if row and row.status not in NOT_REUSED:
+                verdicts[job.path] = verdict_from_row(row)
+                continue
+            first[key] = job.path
+            todo.append(job)
+        return todo, twins
+
+    def _grow(self, archive: Archive, drawn: list[Candidate], turn: int) -> list[tuple[int, int, str]]:
+        """Correct candidates enter their island's grid; every migration_interval turns the best of each island
+        moves on to the next."""
+        for c in drawn:
+            v = c.verdict
+            if v is not None and v.status is Status.CORRECT and v.speedup:
+                archive.place(c.island, c.extraction.code, v.solution_sha256, v.speedup)
+        if (turn + 1) % archive.config.migration_interval:
+            return []
+        return archive.migrate()
+
+    def _store(self, job: CandidateJob, c: Candidate) -> None:
         """The candidate's code as a solution; code already stored (the parent itself, an earlier answer) is no child
         of this parent, or lineage could loop."""
-        parent_sha = parent.sha256 if parent and self.database.get_solution(job.sha256) is None else None
+        parent_sha = c.parent_sha256 if self.database.get_solution(job.sha256) is None else None
         record_solution(self.database, job, origin="repair" if c.turn else "generated", model=self.provider.model,
-                        parent_sha256=parent_sha)
+                        parent_sha256=parent_sha, normalized_sha256=normalized_sha256(job.text))
         self.database.set_generation_solution(c.generation_id, job.sha256)

@@ -27,6 +27,15 @@ class Turn(BaseModel):
     verdict: Verdict
 
 
+class Program(BaseModel):
+    """A correct kernel shown to the model as an example to learn from, with what it measured."""
+
+    source: str
+    speedup: float
+    median_ms: float | None = None
+    technique: str = "plain"
+
+
 def tail_lines(log: str, limit: int = 25) -> str:
     """A traceback's last frames and the exception message are at its end."""
     return "\n".join(log.rstrip().splitlines()[-limit:])
@@ -96,12 +105,24 @@ def render_feedback(verdict: Verdict, source: str) -> str:
     return DIRECTORIES.sub("", text).strip()
 
 
+def render_inspirations(programs: list[Program], device_name: str = "") -> str:
+    """Other kernels of the problem with their numbers, added to a refine request: the model sees what was fast."""
+    return ENV.get_template("inspirations.j2").render(programs=programs, device_name=device_name).strip()
+
+
+def render_crossover(a: Program, b: Program, device_name: str = "") -> str:
+    """A request to combine two kernels, each with its numbers."""
+    return ENV.get_template("crossover.j2").render(a=a, b=b, device_name=device_name).strip()
+
+
 def fenced(source: str) -> str:
     return f"```python\n{source.rstrip()}\n```"
 
 
-def chat_messages(problem: Problem, history: list[Turn], target: Target = "cuda", size: str = "full") -> list[dict]:
-    """The whole conversation: the prompt, then per earlier attempt its code and the evaluator's feedback."""
+def chat_messages(problem: Problem, history: list[Turn], target: Target = "cuda", size: str = "full",
+                  inspirations: list[Program] | None = None, device_name: str = "") -> list[dict]:
+    """The whole conversation: the prompt, then per earlier attempt its code and the evaluator's feedback; the
+    inspirations, if any, follow the last feedback."""
     messages = [
         {"role": "system", "content": render_system(target)},
         {"role": "user", "content": render_prompt(problem, target, size)},
@@ -109,4 +130,15 @@ def chat_messages(problem: Problem, history: list[Turn], target: Target = "cuda"
     for turn in history:
         messages.append({"role": "assistant", "content": fenced(turn.source)})
         messages.append({"role": "user", "content": render_feedback(turn.verdict, turn.source)})
+    if inspirations:
+        messages[-1]["content"] += "\n\n" + render_inspirations(inspirations, device_name)
     return messages
+
+
+def crossover_messages(problem: Problem, a: Program, b: Program, target: Target = "cuda", size: str = "full",
+                       device_name: str = "") -> list[dict]:
+    """The prompt, then a request to combine two kernels: no earlier conversation, both parents stand side by side."""
+    return [
+        {"role": "system", "content": render_system(target)},
+        {"role": "user", "content": render_prompt(problem, target, size) + "\n\n" + render_crossover(a, b, device_name)},
+    ]

@@ -22,15 +22,18 @@ class Reply(BaseModel):
     finish_reason: str = "stop"
     delay_s: float = 0.0
     headers: dict[str, str] = Field(default_factory=dict)
+    prompt_tokens: int | None = None  # the usage to report; None: count words
+    completion_tokens: int | None = None
 
 
 Script = Callable[[dict, int], Reply]  # (request body, 0-based request number) -> reply
 
 
 def completion(body: dict, reply: Reply, index: int) -> dict:
-    """A chat.completion object as the openai package validates it; tokens counted as words."""
-    prompt_words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-    completion_words = len(reply.content.split())
+    """A chat.completion object as the openai package validates it; tokens as scripted, else counted as words."""
+    prompt_words = reply.prompt_tokens if reply.prompt_tokens is not None else sum(
+        len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    completion_words = reply.completion_tokens if reply.completion_tokens is not None else len(reply.content.split())
     return {
         "id": f"chatcmpl-fake-{index}", "object": "chat.completion", "created": int(time.time()),
         "model": body.get("model", "fake"),
@@ -48,6 +51,7 @@ class FakeLLMServer:
         self.script = script if callable(script) else (lambda body, i: script[min(i, len(script) - 1)])
         self.requests: list[dict] = []
         self.headers: list[dict[str, str]] = []
+        self.arrivals: list[float] = []  # time.time() of each request
         self._lock = threading.Lock()
         self.httpd = ThreadingHTTPServer((host, port), self._handler())
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -70,6 +74,7 @@ class FakeLLMServer:
             index = len(self.requests)
             self.requests.append(body)
             self.headers.append(headers)
+            self.arrivals.append(time.time())
         return self.script(body, index), index
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

@@ -126,3 +126,25 @@ def test_many_processes_opening_a_new_database(url: str) -> None:
     assert [p.wait(120) for p in procs] == [0] * 8
     assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.head(),)]
     assert sql(url, "SELECT count(*) FROM problems") == [(1,)]
+
+
+def test_generations_stored_before_runs_keep_their_rows(url: str) -> None:
+    """0003 adds runs and the archive: calls stored before it belong to no run, were sample 0 of a draft prompt, and
+    their solutions have no normalized hash; new calls can name a run."""
+    run_on(url, command.upgrade, "0002")
+    at = datetime(2024, 1, 1)
+    insert_rows(url, "problems", [dict(name="relu", level=1, path="p", sha256="h", created_at=at)])
+    insert_rows(url, "solutions", [dict(sha256="s1", problem_id=1, source="s", origin="generated", created_at=at)])
+    insert_rows(url, "generations", [dict(problem_id=1, request_hash="r", provider="openai", model="m", prompt=[],
+                                          response="x", prompt_tokens=3, completion_tokens=4, cost_usd=None, latency_s=0.0,
+                                          turn=0, solution_id=1, extraction_status="ok", created_at=at)])  # fmt: skip
+    with Database(url) as db:
+        (old,) = db.generations("relu")
+        assert (old.run_id, old.sample, old.island, old.prompt_kind, old.prompt_tokens) == (None, 0, None, "draft", 3)
+        assert db.get_solution("s1").normalized_sha256 is None
+        run_id = db.start_run({"problems": ["relu"]})
+        db.add_generation(problem="relu", request_hash="r2", provider="openai", model="m", prompt=[], response="y",
+                          prompt_tokens=5, completion_tokens=6, cost_usd=0.5, run_id=run_id, sample=1, island=0)
+        assert [(s.run_id, s.calls, s.cost_usd, s.unpriced) for s in db.spend(by=("run_id",))] == [
+            (None, 1, 0.0, 1), (run_id, 1, 0.5, 0)]
+    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.head(),)]

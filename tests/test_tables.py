@@ -7,6 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
+from db import SpendRow
 from kforge import tables
 
 CAUSE = ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
@@ -54,3 +55,17 @@ def test_leaderboard_keeps_words_whole_and_fits(width):
     assert max(map(len, lines)) <= width, "\n".join(lines)
     words = ["Matmul", "diagonal", "matrices", "0.574", "sample_01234567….py", "correct 3", "runtime_error 1", "reference_error 2"]
     assert _whole(words + (["0.61", "0.018"] if width >= tables.WIDE else []), lines) == [], "\n".join(lines)
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_spend_keeps_words_whole_and_fits(width):
+    rows = [SpendRow(problem="12_Matmul_with_diagonal_matrices_", model="Qwen/Qwen2.5-Coder-32B-Instruct", calls=12,
+                     prompt_tokens=123456, completion_tokens=65432, cost_usd=1.2345, unpriced=0),
+            SpendRow(problem="relu", model="gpt-4o", calls=3, prompt_tokens=300, completion_tokens=150, cost_usd=0.0,
+                     unpriced=3)]
+    lines = _render(tables.spend(rows, "run 3: spend"), width)
+    assert max(map(len, lines)) <= width, "\n".join(lines)
+    words = ["Matmul", "diagonal", "Qwen/", "Coder-", "Instruct", "calls", "tok in", "tok out", "USD", "unpriced",
+             "123456", "65432", "1.2345", "gpt-4o"]
+    assert _whole(words, lines) == [], "\n".join(lines)
+    assert any(line.split()[-5:] == ["3", "300", "150", "0.0000", "3"] for line in lines), "\n".join(lines)

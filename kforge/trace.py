@@ -1,0 +1,73 @@
+"""The evolution trace: one JSON line per LLM call (generation), oldest first, with what it was asked (prompt kind,
+island, parent), what it cost, and what became of its answer (solution, verdict, speedup, MAP-Elites cell).
+Everything is read from the db, so the trace says what the db says: a near-duplicate answer shows its twin's verdict
+and names the twin."""
+
+from __future__ import annotations
+
+import json
+from typing import IO
+
+from db import Database, EvaluationRow, GenerationRow
+from pipeline.archive import ArchiveConfig
+from pipeline.features import cell_of
+
+
+def _latest(evaluations: list[EvaluationRow]) -> dict[str, EvaluationRow]:
+    """Per solution, its newest evaluation (the list is newest first)."""
+    latest: dict[str, EvaluationRow] = {}
+    for ev in evaluations:
+        latest.setdefault(ev.solution_sha256, ev)
+    return latest
+
+
+def trace_lines(database: Database) -> list[dict]:
+    generations = sorted(database.generations(), key=lambda g: g.id)
+    by_id = {g.id: g for g in generations}
+    solutions = {s.sha256: s for s in database.solutions()}
+    verdicts = _latest(database.evaluations())
+    twins = {}  # normalized hash -> the first evaluated solution with it
+    for sha, s in solutions.items():
+        if s.normalized_sha256 and sha in verdicts:
+            twins.setdefault((s.problem, s.normalized_sha256), sha)
+    edges = {}
+    return [_line(g, by_id, solutions, verdicts, twins, edges, database) for g in generations]
+
+
+def _line(g: GenerationRow, by_id: dict, solutions: dict, verdicts: dict, twins: dict, edges: dict,
+          database: Database) -> dict:
+    solution = solutions.get(g.solution_sha256)
+    judged_as = g.solution_sha256 if g.solution_sha256 in verdicts else None
+    if judged_as is None and solution is not None and solution.normalized_sha256:
+        judged_as = twins.get((solution.problem, solution.normalized_sha256))
+    ev = verdicts.get(judged_as)
+    parent = by_id.get(g.parent_generation_id)
+    return {
+        "generation_id": g.id, "run_id": g.run_id, "problem": g.problem, "turn": g.turn, "sample": g.sample,
+        "island": g.island, "prompt_kind": g.prompt_kind, "parent_generation_id": g.parent_generation_id,
+        "parent_sha256": parent.solution_sha256 if parent else None, "solution_sha256": g.solution_sha256,
+        "model": g.model, "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens,
+        "cost_usd": g.cost_usd, "extraction": g.extraction_status, "status": ev.status if ev else g.extraction_status,
+        "speedup": ev.speedup if ev else None, "device_name": ev.device_name if ev else None,
+        "duplicate_of": judged_as if judged_as != g.solution_sha256 else None,
+        "cell": _cell(g, solution, ev, edges, database), "created_at": g.created_at.isoformat(),
+    }
+
+
+def _cell(g: GenerationRow, solution, ev: EvaluationRow | None, edges: dict, database: Database) -> str | None:
+    """The MAP-Elites cell of a correct answer, by its run's archive settings (none without an archive)."""
+    if g.run_id is None or solution is None or ev is None or ev.status != "correct" or not ev.speedup:
+        return None
+    if g.run_id not in edges:
+        run = database.get_run(g.run_id)
+        archive = (run.settings.get("config") or {}).get("archive") if run else None
+        edges[g.run_id] = ArchiveConfig.model_validate(archive).speedup_edges if archive else None
+    return cell_of(solution.source, ev.speedup, edges[g.run_id]) if edges[g.run_id] else None
+
+
+def export_trace(database: Database, out: IO[str]) -> int:
+    """Writes the trace; the number of lines."""
+    lines = trace_lines(database)
+    for line in lines:
+        out.write(json.dumps(line) + "\n")
+    return len(lines)

@@ -1,0 +1,96 @@
+"""The agent loop's archive and dedupe, wired: islands recorded per call against the scripted server on 127.0.0.1,
+a near-duplicate answer not evaluated twice (real evaluator), and (slow: one compile) a correct kernel filling each
+island's grid and becoming the parent of the next turn."""
+
+from __future__ import annotations
+
+import pytest
+
+from db import Database
+from evaluator import EvalSettings, Limits
+from fake_llm_server import FIXED_RELU, FakeLLMServer, Reply, answer
+from pipeline.archive import ArchiveConfig
+from pipeline.llm import LLMSettings, OpenAIChat
+from pipeline.loop import Loop, RunConfig
+from reference_problems import resolve_problem
+
+PY_ONLY = '''import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    """No compiled extension: judged, and caught, without a compile."""
+
+    def forward(self, x):
+        return torch.relu(x)
+'''
+PY_ONLY_TWIN = PY_ONLY.replace("    def forward", "    # the same code, reformatted\n\n    def  forward").replace(
+    '"""No compiled extension: judged, and caught, without a compile."""', '"""No compiled extension: judged, and caught, without a compile."""  # !')
+
+
+@pytest.fixture
+def database(tmp_path):
+    with Database(f"sqlite:///{tmp_path / 'kforge.db'}") as db:
+        yield db
+
+
+@pytest.fixture
+def settings(tmp_path) -> EvalSettings:
+    return EvalSettings(device="cpu", size="small", trials=2, leak_calls=2, warmup_ms=10, rep_ms=50, min_reps=3,
+                        max_reps=50, build_root=tmp_path / "builds", jobs=1, limits=Limits(timeout_s=600))
+
+
+def loop(server: FakeLLMServer, database: Database, settings: EvalSettings, tmp_path, **config) -> Loop:
+    provider = OpenAIChat(LLMSettings(base_url=server.url, model="fake-coder", api_key="k"))
+    return Loop(provider, database, settings, RunConfig(out_dir=tmp_path / "generations", **config))
+
+
+def test_islands_are_recorded_per_sample_and_refine_prompts_follow_drafts(tmp_path, database, settings):
+    cut = [Reply(content=f"```python\nimport torch\n# {i}\nsrc = r\"\"\"\n", finish_reason="length") for i in range(6)]
+    with FakeLLMServer(lambda body, i: cut[i]) as server:
+        result = loop(server, database, settings, tmp_path, samples=3, turns=2,
+                      archive=ArchiveConfig(islands=2)).run(resolve_problem("relu"))
+    gens = sorted(database.generations("relu"), key=lambda g: (g.turn, g.sample))
+    assert [(g.turn, g.sample, g.island, g.prompt_kind) for g in gens] == [
+        (0, 0, 0, "draft"), (0, 1, 1, "draft"), (0, 2, 0, "draft"),
+        (1, 0, 0, "refine"), (1, 1, 1, "refine"), (1, 2, 0, "refine")]
+    assert [c.island for c in result.candidates] == [0, 1, 0, 0, 1, 0]
+    assert database.archive("relu", result.candidates[0].verdict.device_name, "small") == []  # nothing correct yet
+
+
+def test_a_near_duplicate_is_not_evaluated_twice(tmp_path, database, settings):
+    replies = [Reply(content=answer(PY_ONLY, "plain torch")), Reply(content=answer(PY_ONLY_TWIN, "the same, again"))]
+    with FakeLLMServer(lambda body, i: replies[i]) as server:
+        result = loop(server, database, settings, tmp_path, samples=2, concurrency=1).run(resolve_problem("relu"))
+    first, twin = result.candidates
+    assert first.path != twin.path  # different bytes ...
+    assert first.status == twin.status == "cheat" and "no compiled extension" in first.verdict.evidence.cause
+    assert [e.solution_sha256 for e in database.evaluations("relu")] == [first.verdict.solution_sha256]  # ... judged once
+    assert twin.duplicate_of == first.verdict.solution_sha256 and first.duplicate_of is None
+    assert database.get_solution(twin.path.stem).normalized_sha256 == database.get_solution(first.path.stem).normalized_sha256
+    with FakeLLMServer(lambda body, i: Reply(content=answer(PY_ONLY_TWIN.replace("# !", "# again"), "later"))) as server:
+        # another temperature: another request, not the first run's cached answer
+        (later,) = loop(server, database, settings, tmp_path, temperature=0.5).run(resolve_problem("relu")).candidates
+    assert not later.cached and later.duplicate_of == first.verdict.solution_sha256  # a twin stored earlier counts too
+    assert len(database.evaluations("relu")) == 1
+
+
+@pytest.mark.slow
+def test_a_correct_kernel_fills_every_island_and_is_refined_next_turn(tmp_path, database, settings):
+    """Both islands draft the same kernel (reformatted for the second: compiled once), so each grid gets it in the
+    cell its speedup and at::parallel_for name; the next turn's refine prompts carry it, and migration leaves the
+    islands as they are (each already holds that best)."""
+    twin = FIXED_RELU.replace("    return out;", "    // done\n    return out;")
+    with FakeLLMServer(lambda body, i: Reply(content=answer([FIXED_RELU, twin][i % 2], f"draft {i}"))) as server:
+        result = loop(server, database, settings, tmp_path, samples=2, turns=2,
+                      archive=ArchiveConfig(islands=2, migration_interval=1, speedup_edges=[1e-9])).run(resolve_problem("relu"))
+        refine_prompts = [body["messages"] for body in server.requests[2:]]
+    first = result.candidates[0]
+    assert first.status == "correct", first.verdict.evidence.cause
+    assert len(database.evaluations("relu")) == 1
+    members = database.archive("relu", first.verdict.device_name, "small")
+    assert {(m.island, m.cell, m.solution_sha256) for m in members} == {
+        (0, ">=1e-09|parallel", first.verdict.solution_sha256), (1, ">=1e-09|parallel", first.verdict.solution_sha256)}
+    assert all("speedup" in messages[-1]["content"] and "total_elems" in messages[-2]["content"]
+               for messages in refine_prompts)
+    assert result.migrations == []
