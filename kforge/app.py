@@ -96,6 +96,8 @@ def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline
     device = device or cfg.device or auto_device()
     if device not in ("cpu", "cuda"):
         raise UserError(f"--device must be cpu or cuda, not '{device}'")
+    if device == "cuda" and auto_device() != "cuda":  # torch would fail deep inside with an 80-line traceback
+        raise UserError("device cuda, but torch sees no CUDA device here (use --device cpu)")
     size = resolve_size(size, device)
     limits = Limits(**{k: v for k, v in (("timeout_s", cfg.timeout_s), ("memory_mb", cfg.memory_mb)) if v is not None})
     return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root,

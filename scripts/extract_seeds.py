@@ -4,7 +4,7 @@ Each seed is the transcript's FINAL ```python fenced block, copied byte for byte
 edits). A block whose closing fence is missing (the transcript was cut off) runs to end of file
 and is kept cut: it is a realistic "truncated answer" case for the evaluator.
 
-Usage: python scripts/extract_seeds.py [SEED_DIR]   (default: ../shared/seeds from the repo root)
+Usage: python scripts/extract_seeds.py [SEED_DIR]   (default: recordings/seeds)
 """
 
 from __future__ import annotations
@@ -66,4 +66,4 @@ def main(seed_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO.parent / "shared" / "seeds")
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "recordings" / "seeds")

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import SOLUTIONS, kforge_runner
 from db import Database
@@ -49,6 +50,16 @@ def test_bad_input_is_one_line_and_loses_nothing(kforge, args, message):
     proc = kforge(*args, expect=2)
     assert message in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert _rows(kforge.db_url) == before
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible here")
+@pytest.mark.parametrize("env, args", [({}, ["--device", "cuda"]), ({"KFORGE_DEVICE": "cuda"}, [])])
+def test_bad_input_cuda_without_a_cuda_device(tmp_path, build_root, env, args):
+    kforge = kforge_runner(tmp_path, build_root, **env)
+    for command in (["submit", str(TRUNCATED)], ["evaluate", str(TRUNCATED.parent)]):
+        proc = kforge(*command, *args, expect=2)
+        assert proc.stderr == "kforge: error: device cuda, but torch sees no CUDA device here (use --device cpu)\n"
+    assert not Path(kforge.db_url.removeprefix("sqlite:///")).exists()  # refused before any db was opened
 
 
 def test_non_python_bytes_and_missing_model_new(kforge, tmp_path):

@@ -20,7 +20,7 @@ from pipeline.loop import Loop, RunConfig
 from pipeline.replay import SOLUTIONS, ReplayProvider, seed_index
 from reference_problems import resolve_problem
 
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+SEEDS = Path(__file__).resolve().parents[1] / "recordings" / "seeds"
 KEY = "sk-test-do-not-leak"
 REQUEST = LLMRequest(problem="relu", messages=[{"role": "user", "content": "write a kernel"}])
 
