@@ -10,8 +10,8 @@ Layers, each enforced by the kernel and each reported (a missing one is named, n
 - landlock: reads only where Python, torch, compilers and CUDA live plus the child's own files; writes only its
   scratch and build dirs (and a few device files); no TCP bind/connect; no abstract unix socket or signal
   outside the jail.
-- cache: the build cache is seen through a private overlay (the cache is its lower layer, a folder of the child's
-  own its upper one): the child writes only its own build dir in it, and what it writes never reaches the cache.
+- cache: the build cache is seen through a private overlay whose lower layer is the cache and whose upper layer is
+  a folder of the child's own: the child writes only its own build dir in it, and nothing it writes reaches the cache.
   The trusted parent publishes a compile child's upper layer after it ended well; a candidate child's is a tmpfs
   that dies with it. Precompiled headers (pch/) are read-only.
 - identity: when kforge runs as root and everything the child reads is reachable by another uid, the child runs
