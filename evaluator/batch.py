@@ -20,7 +20,8 @@ from evaluator import buildcache, precompiled
 from evaluator.contracts import EvalSettings, EvaluatorError, Limits
 from evaluator.hardware import visible_gpus
 from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
-from evaluator.sandbox import Child, ChildResult, jail_spec, require_layers, run_tool
+from evaluator.results import ChildResult
+from evaluator.sandbox import Child, jail_spec, require_layers, run_tool
 from reference_problems import Problem
 
 DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"

@@ -19,7 +19,8 @@ from pydantic import ValidationError
 
 from evaluator.contracts import Limits
 from evaluator.protocol import IntrospectRequest, Measured, misfits
-from evaluator.sandbox import Child, ChildResult, jail_spec, require_layers
+from evaluator.results import ChildResult
+from evaluator.sandbox import Child, jail_spec, require_layers
 
 PER_FILE_S = 60.0  # a forward on the meta device takes well under a second; a file past this hangs
 

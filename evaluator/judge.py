@@ -17,7 +17,7 @@ from evaluator.contracts import EvalSettings, Evidence, Mismatch, Status, Timing
 from evaluator.floor import FACTOR, Floor, floor, impossible
 from evaluator.hardware import cpu_peak, device_name, peak
 from evaluator.protocol import Cheat, Error, Kernels, Leaks, Probe, Trials
-from evaluator.sandbox import ChildResult
+from evaluator.results import ChildResult
 from evaluator.timing import flush_policy, implausible, method_name, ratio_interval, summarize
 from evaluator.trials import timed_rep
 from reference_problems import ProblemMeta

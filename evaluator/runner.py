@@ -20,7 +20,7 @@ from evaluator.hardware import device_name
 from evaluator.judge import Outcome, Reference, ended_badly, harness_call, judge
 from evaluator.protocol import Ack
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
-from evaluator.sandbox import ChildResult
+from evaluator.results import ChildResult
 from evaluator.trials import OUTPUT_SUFFIX
 from evaluator.static import check_source
 

@@ -15,7 +15,8 @@ from evaluator.contracts import Limits, Status
 from evaluator.introspect import introspect
 from evaluator.judge import ended_badly
 from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, read_request
-from evaluator.sandbox import Child, ChildResult, jail_spec
+from evaluator.results import ChildResult
+from evaluator.sandbox import Child, jail_spec
 from kforge.speed_of_light import Cost, derive
 from reference_problems import resolve_problem
 

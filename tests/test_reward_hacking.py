@@ -19,7 +19,7 @@ from evaluator import CandidateJob, EvalSettings, Limits, Status, Verdict, evalu
 from evaluator.guard import Guard, Tampered
 from evaluator.hardware import Peak
 from evaluator.judge import Reference, _Case, _timing, judge
-from evaluator.sandbox import ChildResult
+from evaluator.results import ChildResult
 from evaluator.timing import implausible
 from reference_problems import resolve_problem
 

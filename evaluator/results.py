@@ -1,0 +1,77 @@
+"""What came back from one evaluator child (its messages in order, how it ended, its log), and the readings the
+judge takes of it. Split from sandbox.py, which runs the child: this is what the rest of the evaluator reads."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+
+from evaluator.protocol import CANDIDATE_EVENTS, Message, misfits
+
+M = TypeVar("M", bound=Message)
+
+
+class ChildResult(BaseModel):
+    """What came back from a child: its messages (in order), how it ended, and its log."""
+
+    messages: list[dict] = Field(default_factory=list)
+    returncode: int | None = None
+    timed_out: bool = False
+    memory_exceeded: bool = False
+    cancelled: bool = False  # kforge was interrupted: not a verdict on the candidate
+    started: float = 0.0  # time.monotonic() when the request went out: the child's clock starts here
+    wall_s: float = 0.0
+    stragglers: int = 0  # processes still carrying the child's token after it ended (killed)
+    log_path: Path
+
+    def last(self, event: str) -> dict | None:
+        return next((m for m in reversed(self.messages) if m.get("event") == event), None)
+
+    def read(self, kind: type[M]) -> M | None:
+        """The last message of a kind, as its protocol model. One that does not fit raises ValueError, on one
+        line: the harness never sends one, so the candidate wrote it."""
+        found = self.last(kind.model_fields["event"].default)
+        try:
+            return None if found is None else kind.model_validate(found)
+        except ValidationError as exc:
+            raise ValueError(f"{kind.__name__.lower()} message: {misfits(exc)}") from None
+
+    def arrival(self, event: str, **match) -> float | None:
+        """The parent's clock (time.monotonic) when the first matching message arrived."""
+        found = next((m for m in self.messages if m.get("event") == event and m.items() >= match.items()), None)
+        return found["_t"] if found else None
+
+    def stage_seconds(self) -> dict[str, float]:
+        """Wall seconds per stage the child announced, by the parent's clock; `start` is what the child does between
+        the request and its first stage (a forged stage message only mislabels the child's own time)."""
+        marks = [("start", self.started)] + [(str(m.get("stage")), m["_t"]) for m in self.messages if m.get("event") == "stage"]
+        ends = [t for _, t in marks[1:]] + [self.started + self.wall_s]
+        return {name: round(end - t, 3) for (name, t), end in zip(marks, ends)}
+
+    def forged(self) -> str:
+        """A message the harness would never send (the candidate wrote to the result channel itself), or ''."""
+        seen = set()
+        for i, m in enumerate(self.messages):
+            event, key = m.get("event"), (m.get("event"), m.get("stage") or m.get("which"))
+            if event == "garbled" and i < len(self.messages) - 1:  # a cut-off last line is a death, not a forgery
+                return f"a line that is not a harness message: {m.get('text', '')[:80]!r}"
+            if event not in CANDIDATE_EVENTS | {"garbled"} or key in seen:
+                return f"an unexpected or repeated {event!r} message {m.get('stage') or m.get('which') or ''}".rstrip()
+            seen.add(key)
+        return ""
+
+    @property
+    def stage(self) -> str:
+        stage = self.last("stage")
+        return str(stage.get("stage")) if stage else "startup"  # a forged stage message names no stage: "None"
+
+    def log_tail(self, chars: int = 6000) -> str:
+        """The end of the log, read from the end: a candidate may have printed gigabytes."""
+        if not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - chars))
+            return fh.read().decode(errors="replace")[-chars:]
