@@ -142,8 +142,10 @@ COMPARER_OP: TypeAdapter[ComparerOp] = TypeAdapter(ComparerOp)
 
 
 class Message(BaseModel):
-    """A message of the child. The parent stamps each with its own clock on arrival (`_t`): extra keys pass."""
+    """A message of the child. The parent stamps each with its own clock on arrival (`_t`): extra keys pass.
+    Infinity and NaN are written as such (JSON's null would turn an infinite error into a malformed message)."""
 
+    model_config = ConfigDict(ser_json_inf_nan="constants")
     event: str
 
 

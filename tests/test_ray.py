@@ -77,7 +77,8 @@ def test_ray_backend_evaluates_in_workers_and_the_driver_stores(ray_address: str
     with Database(url) as database:
         rows = {Path(r.solution_path).name: r for r in database.evaluations()}
     assert set(rows) == set(lines) and all(r.solution_path.startswith(str(tmp_path)) for r in rows.values())
-    assert "kforge-ray-" in rows["raiser.py"].evidence["log_tail"]  # the traceback names the worker's scratch copy
+    tail = rows["raiser.py"].evidence["log_tail"]  # the traceback names the worker's own copy, not the driver's file
+    assert "/src/raiser.py" in tail and str(tmp_path) not in tail
 
 
 def test_an_unreachable_ray_address_fails_in_seconds_with_one_line(tmp_path: Path) -> None:

@@ -40,7 +40,9 @@ class ModelNew(torch.nn.Module):
 """
 # Where Ctrl-C lands: the real compile (a worker thread waits on it) or a hanging candidate run (the main thread
 # does), each with the file (under tmp_path) that shows it has got there.
-PHASES = {"compile": (COMPILED_RELU, "builds/*/*/lock"), "run": (SLEEPER, "tmp/kforge-eval-*/**/hanging")}
+# torch's build lock, in the compile child's own layer of the cache (evaluator/buildcache.py), under tmp_path
+COMPILING = "tmp/kforge-eval-*/*/compile.view/upper/*/*/lock"
+PHASES = {"compile": (COMPILED_RELU, COMPILING), "run": (SLEEPER, "tmp/kforge-eval-*/**/hanging")}
 
 
 def static_candidate(i: int) -> str:
@@ -163,7 +165,7 @@ def assert_complete(rows: list[EvaluationRow], db_path: str) -> None:
 def test_sigkill_mid_compile_keeps_finished_rows_and_rerun_resumes(kforge: Kforge, tmp_path: Path) -> None:
     cands = write_candidates(tmp_path / "cands", 6, {"relu_cpp": COMPILED_RELU})
     first = kforge.start("evaluate", cands, "--problem", "relu")
-    kforge.wait_for(first, lambda: list(kforge.build_root.glob("*/*/lock")), timeout=300)  # the compiler is running
+    kforge.wait_for(first, lambda: list(tmp_path.glob(COMPILING)), timeout=300)  # the compiler is running
     first.send_signal(signal.SIGKILL)
     first.wait()
     deadline = time.monotonic() + 15  # the children get SIGINT when kforge dies (parent-death signal)
