@@ -21,9 +21,9 @@ import torch
 
 from evaluator import (comparer, confine, extensions, floor, guard, hardware, introspect, leaks, loading, precompiled,
                        timing, trials)
-from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, IntrospectRequest, Leaks,
-                                Memory, Message, Outputs, Probe, Ready, ReferenceRequest, Request, Stage, Timing, Trials,
-                                read_request)
+from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, Go, IntrospectRequest, Leaks,
+                                Memory, Message, Outputs, Pace, Probe, Ready, ReferenceRequest, Request, Stage, Timing,
+                                Trials, read_request)
 
 
 class Channel:
@@ -140,6 +140,18 @@ def _memory(chan: Channel, device: str) -> None:
         chan.send(Memory(peak_cuda_allocated=torch.cuda.max_memory_allocated(), host_rss=leaks.rss()))
 
 
+def _pacer(chan: Channel, requests):
+    """The candidate's timed rounds, paced by the parent (evaluator/pacing.py): before each round it times the
+    reference beside the last one, and says whether to go on."""
+    def pace(at: timing.Pace) -> bool:
+        chan.send(Pace(which=at.first, reps=at.reps, last_round=at.last_round, least=at.least))
+        line = requests.readline()
+        if not line:
+            raise RuntimeError("kforge stopped answering while it timed the reference")
+        return Go.model_validate_json(line).go
+    return pace
+
+
 def _handoff(chan: Channel, requests, req: CandidateRequest):
     """The candidate's saver: each call's outputs go to the comparer, and the child waits until they are judged."""
     def send(label: str, outputs: list[dict]) -> None:
@@ -149,7 +161,8 @@ def _handoff(chan: Channel, requests, req: CandidateRequest):
     return trials.handoff(Path(req.out_dir), req.device, send)
 
 
-def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: extensions.KernelWatch, check, save) -> None:
+def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: extensions.KernelWatch, check, save,
+                   pace) -> None:
     """Correctness (watched), leak check, timing with output snapshots, and a stale-result probe."""
     device = req.device
     chan.send(Stage(stage="correctness"))
@@ -165,7 +178,7 @@ def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: 
     if req.timing.enabled:
         changed = fresh.changed()  # by the leak check's calls: the fills below overwrite the inputs
         keeper = _Keeper(req.probe_fraction, fresh.label)
-        _time(chan, req, call, fresh, on_rep=keeper)
+        _time(chan, req, call, fresh, on_rep=keeper, pace=pace)
         check("timing")
         chan.send(Stage(stage="probe"))
         chan.send(_probe(req, model, problem, fresh, changed, keeper.take(), save))
@@ -188,18 +201,19 @@ def _run_reference(chan: Channel, req: ReferenceRequest, model, problem, request
     chan.send(Stage(stage="correctness"))
     report = trials.run_trials(model, problem, req.seeds, device, expected.keep, _sync(device))
     chan.send(Trials(trials=report))
-    flops = None
+    flops, timer = None, None
     if req.timing.enabled:
         inputs = trials.make_inputs(problem, req.timing_seed, device)
         flops = floor.count_flops(model, inputs)
         fresh = trials.FreshInputs(inputs, problem, req.timing_seed, device)  # timed as the candidate is
-        _time(chan, req, lambda: model(*inputs), fresh)
+        timer = comparer.Timer(lambda: model(*inputs), fresh, device)  # and again beside each candidate's rounds
+        _time(chan, req, timer.call, fresh)
         if req.compile_baseline:
             compiled = torch.compile(model)
             chan.send(Timing(which="compiled", samples=_bench(lambda: compiled(*inputs), req, fresh=fresh)))
-        del inputs, fresh
+            del compiled
     _memory(chan, device)
-    judge = comparer.Comparer(expected, req.atol, req.rtol)
+    judge = comparer.Comparer(expected, req.atol, req.rtol, timer)
     audit = judge.audit() if req.audit else []
     chan.send(Stage(stage="serving"))
     chan.send(Ready(footprint=_footprint(device, expected), audit=audit, flops=flops))
@@ -245,7 +259,7 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
         model = trials.build_model(module.ModelNew, problem, req.init_seed, device)
         judge.check("in __init__")
         _run_candidate(chan, req, model, problem, watch, lambda stage: judge.check(f"during {stage}"),
-                       _handoff(chan, requests, req))
+                       _handoff(chan, requests, req), _pacer(chan, requests))
 
 
 def _run_introspect(chan: Channel, req: IntrospectRequest) -> None:

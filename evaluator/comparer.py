@@ -14,9 +14,9 @@ from types import ModuleType
 
 import torch
 
-from evaluator import audit_rules, ipc, trials
+from evaluator import audit_rules, ipc, timing, trials
 from evaluator.correctness import Comparison, judge_outputs, layout, load_outputs
-from evaluator.protocol import COMPARER_OP, Audit, Audited, Close, Compare, Compared
+from evaluator.protocol import COMPARER_OP, Audit, Audited, Block, Close, Compare, Compared, TimeBlock
 
 
 class Expected:
@@ -83,11 +83,23 @@ def _received(request: Compare, opened: ipc.Opened) -> list:
     return got
 
 
-class Comparer:
-    """Answers `compare` and `audit` requests against one problem's expected outputs."""
+class Timer:
+    """The reference's side of interleaved timing: its call on the timing inputs, refilled per rep as the
+    candidate's are (trials.FreshInputs), kept from the reference's own timing."""
 
-    def __init__(self, expected: Expected, atol: float, rtol: float):
-        self.expected, self.atol, self.rtol = expected, atol, rtol
+    def __init__(self, call, fresh: trials.FreshInputs, device: str):
+        self.call, self.fresh, self.device = call, fresh, device
+
+    def time(self, request: TimeBlock) -> Block:
+        with torch.no_grad():
+            return Block(samples=timing.block(self.call, self.device, request.first, request.reps, self.fresh))
+
+
+class Comparer:
+    """Answers `compare`, `audit` and (with a timer) `time` requests against one problem's reference."""
+
+    def __init__(self, expected: Expected, atol: float, rtol: float, timer: Timer | None = None):
+        self.expected, self.atol, self.rtol, self.timer = expected, atol, rtol, timer
 
     def _against(self, got: list, got_meta: list[dict], label: str, trial: int) -> Comparison:
         exp = self.expected
@@ -130,3 +142,5 @@ def serve(chan, requests, comparer: Comparer) -> None:
             chan.send(comparer.compare(request))
         elif isinstance(request, Audit):
             chan.send(Audited(findings=comparer.audit()))
+        elif isinstance(request, TimeBlock):
+            chan.send(comparer.timer.time(request) if comparer.timer else Block(error="the reference was not timed"))

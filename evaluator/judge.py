@@ -16,6 +16,7 @@ from evaluator import diagnose
 from evaluator.contracts import EvalSettings, Evidence, Mismatch, Status, TimingReport, TimingStats
 from evaluator.floor import FACTOR, Floor, floor, impossible
 from evaluator.hardware import cpu_peak, device_name, peak
+from evaluator.pacing import Paired
 from evaluator.protocol import Cheat, Error, Kernels, Leaks, Probe, Trials
 from evaluator.results import ChildResult
 from evaluator.timing import flush_policy, implausible, method_name, ratio_interval, summarize
@@ -49,6 +50,8 @@ class Outcome:
     status: Status
     evidence: Evidence = field(default_factory=Evidence)
     timing: TimingStats | None = None
+    paired: tuple[float, float, float] | None = None  # the speedup and its interval from interleaved pairs
+    reference: TimingStats | None = None  # the reference's blocks timed beside this candidate
 
 
 def _cheat(exploit: str, cause: str, stage: str = "", **kw) -> Outcome:
@@ -118,6 +121,7 @@ class _Case:
     meta: ProblemMeta
     settings: EvalSettings
     comparisons: dict[str, dict]  # label -> the comparer's answer on that handed-over call
+    paired: Paired | None = None  # the reference timed beside the candidate's rounds (evaluator/pacing.py)
     max_abs_err: float = 0.0
     tolerance_used: float = 0.0
 
@@ -240,9 +244,26 @@ def _timing(case: _Case) -> Outcome | None:
     if isinstance(found, Floor) and (cause := impossible(median, found)):
         return _cheat(found.exploit, cause, "timing")
     start = result.arrival("stage", stage="timed")
-    problem = implausible(model["samples"], model["_t"] - start, device, model["fill_s"]) if start is not None \
+    paused = case.paired.paused_s if case.paired else 0.0  # the loop waited while the parent timed the reference
+    problem = implausible(model["samples"], model["_t"] - start - paused, device, model["fill_s"]) if start is not None \
         else "timings without a timed loop"
     return _cheat("timer_escape", problem, "timing") if problem else None
+
+
+def _pairing(case: _Case) -> Outcome | None:
+    """The rounds the candidate reported while it was timed must be the samples it reports at the end."""
+    paired, model = case.paired, _timed(case.result)
+    if paired is None or model is None:
+        return None
+    if paired.forged:
+        return _cheat("forged_messages", f"the result channel carried {paired.forged}", "timing")
+    if not paired.failed and not paired.usable(model["samples"]):
+        return _cheat("forged_messages", "the timed samples are not the rounds the child reported while it was timed", "timing")
+    return None
+
+
+def _usable(case: _Case, samples: list[float]) -> bool:
+    return case.paired is not None and case.paired.usable(samples)
 
 
 def _report(case: _Case) -> TimingReport | None:
@@ -253,12 +274,20 @@ def _report(case: _Case) -> TimingReport | None:
     found, ref = physical_floor(case.ref, case.meta, settings), case.ref.timing
     mine = summarize(model["samples"], method_name(settings.device))
     probe = case.result.last("probe") or {"outputs": {}}
+    if _usable(case, model["samples"]):
+        pairs = case.paired.reference
+        _, low, high = case.paired.ratio()
+        reference_calls, speedup_interval = sum(map(len, pairs)), [low, high]
+        interval = (f"the median of {len(pairs)} paired ratios: the reference timed beside each round of the "
+                    f"candidate, before or after it by a secret coin")
+    else:
+        reference_calls, speedup_interval = ref.reps if ref else None, ratio_interval(ref, mine) if ref else None
+        interval = "from the two medians' 95 % intervals (reference and candidate timed apart)"
     return TimingReport(
-        method=mine.method, calls=mine.reps, reference_calls=ref.reps if ref else None, untimed_calls=model["untimed_calls"],
+        method=mine.method, calls=mine.reps, reference_calls=reference_calls, untimed_calls=model["untimed_calls"],
         warmup_ms=settings.warmup_ms, l2_flush=flush_policy(settings.device), fresh_inputs=model["fresh_inputs"],
         checked_calls=sorted(rep for rep in map(timed_rep, probe["outputs"]) if rep is not None),
-        speedup_interval=ratio_interval(ref, mine) if ref else None,
-        interval="from the two medians' 95 % intervals (reference and candidate timed apart)",
+        speedup_interval=speedup_interval, interval=interval,
         floor=found if isinstance(found, str) else f"{FACTOR:g} x {found.ms:.4g} ms ({found.bound}): {found.arithmetic}",
         cpu_threads=settings.cpu_threads if settings.device == "cpu" else None)
 
@@ -270,13 +299,14 @@ def _malformed(exc: Exception, result: ChildResult) -> Outcome:
     return _cheat("forged_messages", f"a malformed harness message ({type(exc).__name__}: {exc})", result.stage)
 
 
-_CHECKS = (_channel, _caught_in_child, _ended, _trials, _probe, _kernel, _leak, _timing)
+_CHECKS = (_channel, _caught_in_child, _ended, _trials, _probe, _kernel, _leak, _pairing, _timing)
 
 
-def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: EvalSettings, comparisons: dict[str, dict]) -> Outcome:
+def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: EvalSettings, comparisons: dict[str, dict],
+          paired: Paired | None = None) -> Outcome:
     """The first failing check decides. The harness only sends well-formed messages, so one the checks
     cannot read was written by the candidate: a verdict, never a crash of kforge."""
-    case = _Case(result, ref, meta, settings, comparisons)
+    case = _Case(result, ref, meta, settings, comparisons, paired)
     try:
         found = next(filter(None, (check(case) for check in _CHECKS)), None)
     except _MALFORMED as exc:
@@ -291,4 +321,8 @@ def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: Eval
     evidence = Evidence(max_abs_err=case.max_abs_err, tolerance_used=case.tolerance_used, timing=report,
                         cause=f"correct in {settings.trials} trials (max abs err {case.max_abs_err:.3g}, "
                               f"{case.tolerance_used:.2g} of the tolerance)")
-    return Outcome(Status.CORRECT, evidence, timings(result, settings.device).get("model"))
+    mine = timings(result, settings.device).get("model")
+    if mine is None or not _usable(case, _timed(result)["samples"]):
+        return Outcome(Status.CORRECT, evidence, mine)
+    pooled = summarize([s for block in paired.reference for s in block], mine.method)
+    return Outcome(Status.CORRECT, evidence, mine, paired=paired.ratio(), reference=pooled)

@@ -115,6 +115,21 @@ class Ack(_Line):
     ack: str
 
 
+class Go(_Line):
+    """To a candidate child, at a `pace`: whether to time another round (the reference's block is timed)."""
+
+    go: bool
+
+
+class TimeBlock(_Line):
+    """To the comparer: time `reps` calls of the reference on the inputs of timed reps first.. (one side of a
+    pair of interleaved timing, evaluator/pacing.py)."""
+
+    op: Literal["time"] = "time"
+    first: int = Field(ge=0)
+    reps: int = Field(gt=0)
+
+
 class Compare(_Line):
     """To a comparer: judge one handed-over call against the expected outputs of `expected`."""
 
@@ -134,7 +149,7 @@ class Close(_Line):
     op: Literal["close"] = "close"
 
 
-ComparerOp = Annotated[Union[Compare, Audit, Close], Field(discriminator="op")]
+ComparerOp = Annotated[Union[Compare, Audit, TimeBlock, Close], Field(discriminator="op")]
 COMPARER_OP: TypeAdapter[ComparerOp] = TypeAdapter(ComparerOp)
 
 
@@ -215,6 +230,25 @@ class Timing(Message):
     fill_s: float = 0.0  # seconds the timed reps' input fills took (outside the timed window, inside the loop)
 
 
+class Pace(Message):
+    """Before each timed round of the candidate (reps > 0) and after the last (reps == 0): the parent times the
+    reference beside it, then answers Go."""
+
+    event: Literal["pace"] = "pace"
+    which: int = Field(ge=0)  # the first rep of the coming round (after the last: how many reps were taken)
+    reps: int = Field(ge=0)
+    last_round: list[float]  # the samples of the round before
+    least: int  # reps that run whatever the answer
+
+
+class Block(Message):
+    """The comparer's answer to TimeBlock: the reference's samples, or why it could not time them."""
+
+    event: Literal["block"] = "block"
+    samples: list[float] = Field(default_factory=list)
+    error: str = ""
+
+
 class Probe(Message):
     event: Literal["probe"] = "probe"
     outputs: dict[str, list[dict[str, Any]]]  # label -> descriptions of a timed call's (or the verify call's) outputs
@@ -293,4 +327,4 @@ class Measured(Message):
 # What a candidate child sends, and how often: each event once, except one `stage` per stage and one `timing` per
 # kind. Anything else on its channel was written by the candidate.
 CANDIDATE_EVENTS = frozenset(m.model_fields["event"].default for m in (
-    Env, Stage, Compiled, Kernels, Trials, Leaks, Timing, Probe, Memory, Done, Error, Cheat, Outputs))
+    Env, Stage, Compiled, Kernels, Trials, Leaks, Timing, Pace, Probe, Memory, Done, Error, Cheat, Outputs))

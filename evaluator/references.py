@@ -18,7 +18,7 @@ import torch
 
 from evaluator.batch import Batch
 from evaluator.judge import Reference, ended_badly, timings
-from evaluator.protocol import Close, Compare
+from evaluator.protocol import Close, Compare, TimeBlock
 from evaluator.sandbox import Child
 from reference_problems import Problem
 
@@ -119,6 +119,20 @@ class ReferenceServer:
                 self.failure = _cause(self) + " while comparing a candidate's outputs"
                 return {"error": self.failure, "comparer_died": True}
             return answer
+
+    def time_block(self, first: int, reps: int) -> list[float] | str:
+        """The reference timed on timed reps first.. (beside a candidate's round): its samples, or why not."""
+        with self._lock:
+            if self.failure or self.reference is None:
+                return f"kforge's comparer for '{self.problem.name}' is gone: {self.failure}"
+            since = len(self.child.result.messages)
+            self.child.send(TimeBlock(first=first, reps=reps))
+            answer = self.child.wait_for("block", since)
+            if answer is None:
+                self.close()
+                self.failure = _cause(self) + " while timing the reference beside a candidate"
+                return self.failure
+            return answer.get("error") or answer["samples"]
 
     def close(self) -> None:
         if self.child is None:

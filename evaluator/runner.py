@@ -18,7 +18,8 @@ from evaluator.batch import Batch, build_key
 from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Verdict
 from evaluator.hardware import device_name
 from evaluator.judge import Outcome, Reference, ended_badly, harness_call, judge
-from evaluator.protocol import Ack
+from evaluator.pacing import Pacer
+from evaluator.protocol import Ack, Go
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
 from evaluator.results import ChildResult
 from evaluator.trials import OUTPUT_SUFFIX
@@ -72,11 +73,12 @@ def _speed(outcome: Outcome, ref: Reference) -> dict:
     timing = outcome.timing
     if outcome.status is not Status.CORRECT or timing is None:
         return {}
-    speedup = ref.timing.median_ms / timing.median_ms if ref.timing else None
+    reference = outcome.reference or ref.timing  # timed beside this candidate where the rounds were paired
+    speedup = outcome.paired[0] if outcome.paired else reference.median_ms / timing.median_ms if reference else None
     interval = outcome.evidence.timing and outcome.evidence.timing.speedup_interval
     if speedup:
         outcome.evidence.cause += f"; {speedup:.3g}x vs eager" + (f" (95 %: {interval[0]:.3g}-{interval[1]:.3g}x)" if interval else "")
-    return {"candidate": timing, "reference": ref.timing, "compiled_reference": ref.compiled, "speedup": speedup,
+    return {"candidate": timing, "reference": reference, "compiled_reference": ref.compiled, "speedup": speedup,
             "speedup_vs_compile": ref.compiled.median_ms / timing.median_ms if ref.compiled else None}
 
 
@@ -177,10 +179,13 @@ def _on_free_device(batch: Batch, run: Callable[[Take], T]) -> tuple[T, str | No
             batch.give_back(held[0])
 
 
-def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: dict[str, dict]):
+def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: dict[str, dict], pacer: Pacer):
     """The candidate child's handoffs, answered: each call's outputs go to the problem's comparer, the answer
-    is kept for the judge, and the child is told to go on. On CPU the raw-bytes file is removed once judged."""
-    def on_message(message: dict) -> Ack | None:
+    is kept for the judge, and the child is told to go on. On CPU the raw-bytes file is removed once judged.
+    Its paces go to the pacer, which times the reference beside its rounds."""
+    def on_message(message: dict) -> Ack | Go | None:
+        if message.get("event") == "pace":
+            return pacer(message)
         if message.get("event") != "outputs":
             return None
         label = str(message.get("which"))
@@ -213,7 +218,9 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     runs on the device the comparer holds its expected outputs on."""
     settings, problem = batch.settings, prep.job.problem
     server, comparisons = problems.server(problem), {}
-    child = batch.spawn(prep.workdir, prep.build_dir, problem, prep.candidate, on_message=_relay(batch, prep, server, comparisons))
+    pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps)
+    child = batch.spawn(prep.workdir, prep.build_dir, problem, prep.candidate,
+                        on_message=_relay(batch, prep, server, comparisons, pacer))
     try:
         ref = server.ready(take)
     except ReferenceFailed as exc:
@@ -224,7 +231,7 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=lambda: take(server.gpu))
     result = child.finish()
     judged_at = time.monotonic()
-    outcome = judge(result, ref, problem.meta, budget, comparisons)
+    outcome = judge(result, ref, problem.meta, budget, comparisons, pacer.paired)
     judge_s = time.monotonic() - judged_at
     verdict = _verdict(prep.job, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}

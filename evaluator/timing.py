@@ -16,6 +16,7 @@ _WALL_SLACK_S = 0.1  # message latency and scheduling noise between the child's 
 _CPU_MIN_WALL_S = 0.5  # below this, a busy machine's scheduling noise could pass for missing time
 _CPU_MIN_SHARE = 0.25  # on CPU the samples must cover at least this share of the timed loop
 _ROUND, _MIN_FOR_INTERVAL = 10, 20  # reps between looks at the median's interval; reps before the first look
+_PAIRS = 10  # paced: rounds are made small enough that the reps budget holds at least this many
 
 
 def _estimate_ms(fn: Callable, sync: Callable, untimed: Callable[[], None]) -> float:
@@ -85,13 +86,41 @@ def _ignore(*_args) -> None:
     return None
 
 
+def _flush_buffer(device: str, flush_l2: bool) -> torch.Tensor | None:
+    return torch.empty(_L2_FLUSH_BYTES if flush_l2 else 0, dtype=torch.int8, device="cuda") if device == "cuda" else None
+
+
+def _round(fn: Callable, device: str, first: int, n: int, flush: torch.Tensor | None, least: int, on_rep: Callable,
+           fresh: Callable[[int], None]) -> list[float]:
+    if device == "cuda":
+        return _cuda_round(fn, first, n, flush, least, on_rep, fresh)
+    return _cpu_round(fn, first, n, least, on_rep, fresh)
+
+
+def block(fn: Callable, device: str, first: int, n: int, fresh: Callable[[int], None] = _ignore) -> list[float]:
+    """n timed calls as bench's rounds take them (fresh inputs of reps first.., the L2 flushed on CUDA): the
+    other side of a paired round, timed right beside the candidate's (see paired_ratio)."""
+    return _round(fn, device, first, n, _flush_buffer(device, True), n, _ignore, fresh)
+
+
+class Pace:
+    """What bench tells its `pace` hook before each round (reps > 0) and after the last (reps == 0): where the
+    round starts, its size, the samples of the round before, and the reps sure to run (`least`). The hook
+    answers whether to go on; bench stops only at or past `least`."""
+
+    def __init__(self, first: int, reps: int, last_round: list[float], least: int):
+        self.first, self.reps, self.last_round, self.least = first, reps, last_round, least
+
+
 def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int,
           flush_l2: bool = True, mark: Callable[[int], None] = _ignore, on_rep: Callable = _ignore,
-          rel_ci: float | None = None, fresh: Callable[[int], None] = _ignore) -> list[float]:
+          rel_ci: float | None = None, fresh: Callable[[int], None] = _ignore,
+          pace: Callable[[Pace], bool] | None = None) -> list[float]:
     """Per-call times in ms: warm up for warmup_ms, then repeat for about rep_ms (within [min_reps, max_reps]).
     With rel_ci, stop earlier, at the end of a round of _ROUND reps, once at least _MIN_FOR_INTERVAL (and
     min_reps) were taken and the median's 95 % interval is within +-rel_ci of it: a steady kernel is timed in
-    tens of reps instead of a second.
+    tens of reps instead of a second. With `pace`, rounds are made small enough for _PAIRS of them and the hook
+    decides when to stop instead (the parent times the reference beside each round and watches the ratio).
 
     fresh(i) runs before every call, outside the timed region (on CUDA before the L2 flush): i >= 0 is timed
     rep i, a negative i an untimed call (estimate, warmup); the caller writes new input values there.
@@ -100,8 +129,7 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
     whatever the interval says, and `checkpoint` marks a rep that may be the last (the child snapshots
     outputs there).
     """
-    cuda = device == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     untimed_calls = 0
 
     def untimed() -> None:
@@ -115,17 +143,24 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
         fn()
     sync()
     most = min(max_reps, max(min_reps, int(rep_ms / estimate)))
-    least = most if rel_ci is None else min(most, max(min_reps, _MIN_FOR_INTERVAL))
-    flush = torch.empty(_L2_FLUSH_BYTES if flush_l2 else 0, dtype=torch.int8, device="cuda") if cuda else None
+    least = most if rel_ci is None and pace is None else min(most, max(min_reps, _MIN_FOR_INTERVAL))
+    size = most if rel_ci is None and pace is None else _ROUND if pace is None else max(1, min(_ROUND, most // _PAIRS))
+    flush = _flush_buffer(device, flush_l2)
     mark(untimed_calls)
     samples: list[float] = []
+    last: list[float] = []
     while len(samples) < most:
-        n = most - len(samples) if rel_ci is None else min(_ROUND, most - len(samples))
-        first = len(samples)
-        samples += (_cuda_round(fn, first, n, flush, least, on_rep, fresh) if cuda
-                    else _cpu_round(fn, first, n, least, on_rep, fresh))
-        if rel_ci is not None and len(samples) >= least and _tight(samples, rel_ci):
+        n, first = min(size, most - len(samples)), len(samples)
+        if pace is not None:
+            go, last = pace(Pace(first, n, last, least)), []
+            if not go and first >= least:
+                break
+        last = _round(fn, device, first, n, flush, least, on_rep, fresh)
+        samples += last
+        if pace is None and rel_ci is not None and len(samples) >= least and _tight(samples, rel_ci):
             break
+    if pace is not None and last:  # the last round, not yet told: its pair may still be owed
+        pace(Pace(len(samples), 0, last, least))
     return samples
 
 

@@ -56,6 +56,7 @@ EXPECTED = {
     "read_reference": (INCORRECT, "", "values differ beyond tolerance"),
     "print_verdict": (INCORRECT, "", "values differ beyond tolerance"),
     "write_channel": (CHEAT, "forged_messages", "repeated 'timing' message"),
+    "forge_pace": (CHEAT, "forged_messages", "'pace' message"),
     # outputs are judged the moment they are handed over, then removed: nothing is left for a later call to rewrite
     "rewrite_outputs": (CORRECT, "", "correct in 3 trials"),
     "exit_zero": (CHEAT, "early_exit", "exited with status 0 before reporting a result"),

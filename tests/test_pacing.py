@@ -1,0 +1,154 @@
+"""Interleaved timing: the parent times the reference beside every round of the candidate (evaluator/pacing.py)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+from evaluator import CandidateJob, EvalSettings, Status, evaluate
+from evaluator.judge import Reference, _Case, _pairing, _timing
+from evaluator.pacing import MIN_PAIRS, Pacer
+from evaluator.results import ChildResult
+from evaluator.timing import Pace, bench
+from reference_problems import resolve_problem
+
+SAME = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_SRC = """
+#include <torch/extension.h>
+torch::Tensor same(torch::Tensor x, torch::Tensor bias, double scale) {
+    auto y = x * scale;
+    y = y + bias;
+    return y * torch::clamp(y + 3.0, 0.0, 6.0) / 6.0;
+}
+"""
+_ext = load_inline("kforge_same_as_reference", cpp_sources=_SRC, functions=["same"])
+
+
+class ModelNew(nn.Module):
+    """The reference's own ops, called from C++: the same work, so the same time."""
+
+    def __init__(self, dim: int, scale: float):
+        super().__init__()
+        self.scale = scale
+        self.bias = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        return _ext.same(x, self.bias, self.scale)
+'''
+
+
+def _paced(log: list[tuple], rel_ci: float | None = None, min_reps: int = 400):
+    """A real timing.bench whose pace hook goes through a Pacer (as the relay does), with a fake reference that
+    logs its blocks; the candidate's calls log themselves."""
+    def time_block(first: int, reps: int) -> list[float]:
+        log.append(("R", first))
+        return [1.0] * reps
+
+    pacer = Pacer(time_block, rel_ci, 400)
+
+    def pace(at: Pace) -> bool:
+        log.append(("P", at.first))
+        message = {"event": "pace", "which": at.first, "reps": at.reps, "last_round": at.last_round, "least": at.least}
+        return pacer(message).go
+
+    samples = bench(lambda: log.append(("C",)), "cpu", warmup_ms=0.1, rep_ms=1e9, min_reps=min_reps, max_reps=400,
+                    rel_ci=rel_ci, pace=pace)
+    return pacer, samples
+
+
+def test_each_round_has_its_reference_block_beside_it_in_a_secret_order():
+    log: list[tuple] = []
+    pacer, samples = _paced(log)
+    paired = pacer.paired
+    assert len(samples) == 400 and paired.usable(samples) and len(paired.reference) == 40
+    timed = log[log.index(("P", 0)):]
+    paces = [i for i, e in enumerate(timed) if e[0] == "P"]
+    before = 0
+    for k, (at, nxt) in enumerate(zip(paces, paces[1:])):
+        first = timed[at][1]
+        calls = [i for i in range(at, nxt) if timed[i] == ("C",)]
+        assert len(calls) == 10
+        if timed[calls[0] - 1] == ("R", first):  # right before its round
+            before += 1
+        else:  # or right after it: the first thing done at the next pace
+            assert timed[nxt + 1] == ("R", first), timed[at:nxt + 2]
+    assert 5 < before < 35  # a fair coin, 40 throws
+
+
+def test_the_parent_stops_the_rounds_once_the_ratio_is_known():
+    pacer, samples = _paced([], rel_ci=100.0, min_reps=10)  # any interval is tight enough: MIN_PAIRS decide
+    assert len(pacer.paired.reference) == MIN_PAIRS and len(samples) == 10 * MIN_PAIRS
+
+
+@pytest.mark.parametrize("message, why", [
+    ({"event": "pace", "which": 0, "reps": 10**6, "last_round": [], "least": 0}, "asking for 1000000 reps"),
+    ({"event": "pace", "which": 0, "reps": "many", "last_round": [], "least": 0}, "malformed pace message"),
+])
+def test_a_pace_the_harness_would_not_send_is_refused_and_named(message, why):
+    asked = []
+    pacer = Pacer(lambda first, reps: asked.append(reps) or [1.0], 0.01, 1000)
+    assert pacer(message).go is False and asked == []
+    assert why in pacer.paired.forged
+
+
+def test_samples_that_are_not_the_paced_rounds_are_forged(tmp_path):
+    pacer = Pacer(lambda first, reps: [1.0] * reps, None, 1000)
+    pacer({"event": "pace", "which": 0, "reps": 2, "last_round": [], "least": 2})
+    pacer({"event": "pace", "which": 2, "reps": 0, "last_round": [0.5, 0.5], "least": 2})
+    assert pacer.paired.usable([0.5, 0.5]) and pacer.paired.ratio()[0] == 2.0
+    timing = {"event": "timing", "which": "model", "samples": [0.01, 0.01], "_t": 1.0}
+    result = ChildResult(messages=[timing], log_path=tmp_path / "log")
+    case = _Case(result, Reference(meta={}, trials={}), resolve_problem("relu").meta, EvalSettings(), {}, pacer.paired)
+    outcome = _pairing(case)
+    assert (outcome.status, outcome.evidence.exploit) == (Status.CHEAT, "forged_messages"), outcome.evidence
+    assert "not the rounds" in outcome.evidence.cause
+
+
+def _hog(stop) -> None:
+    while not stop.is_set():
+        pass
+
+
+@pytest.mark.slow
+def test_a_candidate_identical_to_the_reference_is_one_x_with_a_core_hogged(cpu_settings, tmp_path):
+    """The goal of issue 19 on a 2-core machine: the same work times at 1.0x +- 10 % while another process
+    spins on one core, because each round of the candidate is paired with a reference block beside it."""
+    (tmp_path / "same.py").write_text(SAME)
+    job = CandidateJob(path=tmp_path / "same.py", problem=resolve_problem("scale_bias_hardswish"))
+    stop = multiprocessing.Event()
+    hog = multiprocessing.Process(target=_hog, args=(stop,), daemon=True)
+    hog.start()
+    try:
+        os.sched_setaffinity(hog.pid, {0})  # one core of the machine's, whichever the children run on
+        (verdict,) = evaluate([job], cpu_settings.model_copy(update={"rep_ms": 1000}))
+    finally:
+        stop.set()
+        hog.join()
+    assert verdict.status is Status.CORRECT, verdict.evidence.cause
+    report = verdict.evidence.timing
+    assert "paired ratios" in report.interval and report.reference_calls == report.calls
+    low, high = report.speedup_interval
+    assert 0.9 <= verdict.speedup <= 1.1 and low <= verdict.speedup <= high, (verdict.speedup, report)
+    assert Path(verdict.solution_path).name == "same.py"
+
+
+def test_the_wall_clock_check_does_not_count_the_loops_wait_for_the_reference(tmp_path):
+    """A candidate 10x faster than its reference spends most of its paced loop waiting on the reference's blocks:
+    that wait is the parent's, not time the candidate's samples left out."""
+    messages = [{"event": "stage", "stage": "timed", "_t": 0.0},
+                {"event": "timing", "which": "model", "samples": [1.0] * 100, "fill_s": 0.0, "_t": 1.2}]
+    paired = Pacer(lambda first, reps: [10.0] * reps, None, 1000).paired
+    paired.candidate, paired.reference, paired.paused_s = [[1.0] * 10] * 10, [[10.0] * 10] * 10, 1.05
+    ref = Reference(meta={}, trials={"timing": {"io_bytes": 2**20, "max_input_numel": 2**18}})
+    case = _Case(ChildResult(messages=messages, log_path=tmp_path / "log"), ref, resolve_problem("relu").meta,
+                 EvalSettings(device="cpu"), {}, paired)
+    assert _timing(case) is None
+    paired.paused_s = 0.0  # the same loop, had the candidate's process stalled it itself
+    assert _timing(case).evidence.exploit == "timer_escape"
