@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import SOLUTIONS, kforge_runner
 from evaluator import CandidateJob, EvalSettings, Status, evaluate
 from evaluator.judge import Reference, _Case, _pairing, _timing
 from evaluator.pacing import MIN_PAIRS, Pacer
@@ -152,3 +156,22 @@ def test_the_wall_clock_check_does_not_count_the_loops_wait_for_the_reference(tm
     assert _timing(case) is None
     paired.paused_s = 0.0  # the same loop, had the candidate's process stalled it itself
     assert _timing(case).evidence.exploit == "timer_escape"
+
+
+@pytest.mark.slow
+def test_four_submitters_at_once_get_the_verdicts_they_get_alone(build_root, tmp_path):
+    """Four `kforge submit` processes on one machine: the device lease lets one time at a time, and each time
+    the others start, compile or judge beside it, the pairs cancel; the verdicts are those of a quiet machine."""
+    (tmp_path / "same.py").write_text(SAME)
+    expect = {"cpu_fused_o3.py": "correct", "cpu_wrong.py": "incorrect", "cpu_runtime_error.py": "runtime_error",
+              "same.py": "correct"}
+    files = [SOLUTIONS / "scale_bias_hardswish" / name for name in list(expect)[:3]] + [tmp_path / "same.py"]
+    run = kforge_runner(tmp_path, build_root)
+    procs = [subprocess.Popen([sys.executable, "-m", "kforge", "submit", str(f), "--problem", "scale_bias_hardswish",
+                               "--device", "cpu", "--json"], env=run.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for f in files]
+    results = [p.communicate(timeout=900) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in results]
+    verdicts = {Path(line["path"]).name: line for line in (json.loads(out) for out, _ in results)}
+    assert {name: v["status"] for name, v in verdicts.items()} == expect
+    assert verdicts["cpu_fused_o3.py"]["speedup"] > 1.5 and 0.8 <= verdicts["same.py"]["speedup"] <= 1.25, verdicts
