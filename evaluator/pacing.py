@@ -5,11 +5,13 @@ answers. Meanwhile the parent has the problem's reference child (its comparer, a
 number of reps on the same per-rep inputs, before or after the candidate's round as a secret coin falls. What
 disturbs the machine then (another process, a clock change) lands on both sides of a pair, and the speedup is
 the median of the per-pair ratios (timing.paired_ratio) with its interval. The parent, not the candidate's
-process, decides when the ratio is known well enough to stop.
+process, decides when the ratio is known well enough to stop. While the reference runs, every process of the
+candidate is stopped (`hold`): threads it left spinning cannot slow the reference's side of a pair.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -50,6 +52,7 @@ class Pacer:
 
     def __init__(self, time_block: TimeBlock, rel_ci: float | None, max_reps: int):
         self.time_block, self.rel_ci, self.max_reps = time_block, rel_ci, max_reps
+        self.hold = contextlib.nullcontext  # what keeps the candidate still while the reference runs (Child.paused)
         self.paired = Paired()
         self._owed: tuple[int, int] | None = None  # a candidate round whose reference block comes after it
         self._coin = random.SystemRandom()
@@ -86,7 +89,8 @@ class Pacer:
         return Go(go=False)
 
     def _time(self, first: int, reps: int) -> None:
-        samples = self.time_block(first, reps)
+        with self.hold():
+            samples = self.time_block(first, reps)
         if isinstance(samples, str):
             self.paired.failed = self.paired.failed or samples
         else:

@@ -221,6 +221,7 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps)
     child = batch.spawn(prep.workdir, prep.build_dir, problem, prep.candidate,
                         on_message=_relay(batch, prep, server, comparisons, pacer))
+    pacer.hold = child.paused  # the candidate's processes are stopped while its reference block runs
     try:
         ref = server.ready(take)
     except ReferenceFailed as exc:

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from pydantic import BaseModel
 
@@ -288,6 +288,22 @@ class Child:
         with self._lock, contextlib.suppress(BrokenPipeError, ValueError, OSError):
             self._requests.write(message.model_dump_json().encode() + b"\n")
             self._requests.flush()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Every process of the child stopped meanwhile (the reference is timed beside it: nothing of the candidate
+        may run then); without a cgroup, its process group (a process that left the group goes on)."""
+        self._freeze(True)
+        try:
+            yield
+        finally:
+            self._freeze(False)
+
+    def _freeze(self, frozen: bool) -> None:
+        if self.cgroup:
+            self.cgroup.freeze(frozen)
+        else:
+            _signal_group(self.proc, signal.SIGSTOP if frozen else signal.SIGCONT)
 
     def begin(self, request: Request, gate: Callable[[], str | None] | None = None) -> None:
         """The request goes out, and the child's clock starts, once the gate (if any) gives a device -- the child's

@@ -1,0 +1,66 @@
+"""Issue 19's CPU goal, measured: the same honest C++ kernel over N evaluations (each a fresh batch: new
+reference and candidate processes), quiet and with a process spinning on one core, gives speedups with a
+coefficient of variation <= 10 %; a candidate doing the reference's own work gives 1.0x within 10 %.
+
+    python benchmarks/cpu_pairing.py [N]      (prints one line per evaluation, then a table)
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evaluator import CandidateJob, EvalSettings, evaluate  # noqa: E402
+from reference_problems import resolve_problem  # noqa: E402
+SAME = ROOT / "tests/candidates/scale_bias_hardswish/same_as_reference.py"  # the reference's own ops, from C++
+
+
+def _spin(stop) -> None:
+    while not stop.is_set():
+        pass
+
+
+def _once(job: CandidateJob, settings: EvalSettings, hog: bool) -> float:
+    stop = multiprocessing.Event()
+    spinner = multiprocessing.Process(target=_spin, args=(stop,), daemon=True) if hog else None
+    if spinner:
+        spinner.start()
+        os.sched_setaffinity(spinner.pid, {0})
+    try:
+        (verdict,) = evaluate([job], settings)
+    finally:
+        stop.set()
+        if spinner:
+            spinner.join()
+    low, high = verdict.evidence.timing.speedup_interval
+    print(f"{job.path.stem:14} hog={hog!s:5} {verdict.status.value:8} {verdict.speedup:.3f}x (95 %: {low:.3f}-{high:.3f})",
+          flush=True)
+    return verdict.speedup
+
+
+def main(n: int) -> None:
+    scratch = Path(tempfile.mkdtemp(prefix="kforge-pairing-"))
+    problem = resolve_problem("scale_bias_hardswish")
+    jobs = [CandidateJob(path=ROOT / "solutions/scale_bias_hardswish/cpu_fused_o3.py", problem=problem),
+            CandidateJob(path=SAME, problem=problem)]
+    settings = EvalSettings(device="cpu", size="small", trials=3, build_root=scratch / "builds")
+    rows = {}
+    for job in jobs:
+        for hog in (False, True):
+            rows[job.path.stem, hog] = [_once(job, settings, hog) for _ in range(n)]
+    print(f"\n| candidate | hog on one core | speedups ({n} evaluations) | median | CV |\n|---|---|---|---|---|")
+    for (name, hog), speedups in rows.items():
+        cv = statistics.pstdev(speedups) / statistics.fmean(speedups)
+        print(f"| {name} | {'yes' if hog else 'no'} | {', '.join(f'{s:.3f}' for s in speedups)} | "
+              f"{statistics.median(speedups):.3f} | {100 * cv:.1f} % |")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
