@@ -2,7 +2,8 @@
 reference and candidate processes), quiet and with a process spinning on one core, gives speedups with a
 coefficient of variation <= 10 %; a candidate doing the reference's own work gives 1.0x within 10 %.
 
-    python benchmarks/cpu_pairing.py [N]      (prints one line per evaluation, then a table)
+    python benchmarks/cpu_pairing.py [N] [CANDIDATE]   (one line per evaluation, then a table; CANDIDATE:
+                                                        cpu_fused_o3 or same_as_reference, default both)
 """
 
 from __future__ import annotations
@@ -45,14 +46,14 @@ def _once(job: CandidateJob, settings: EvalSettings, hog: bool) -> float:
     return verdict.speedup
 
 
-def main(n: int) -> None:
+def main(n: int, only: str | None) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="kforge-pairing-"))
     problem = resolve_problem("scale_bias_hardswish")
     jobs = [CandidateJob(path=ROOT / "solutions/scale_bias_hardswish/cpu_fused_o3.py", problem=problem),
             CandidateJob(path=SAME, problem=problem)]
     settings = EvalSettings(device="cpu", size="small", trials=3, build_root=scratch / "builds")
     rows = {}
-    for job in jobs[int(os.environ.get("FROM", 0)):]:
+    for job in (j for j in jobs if only in (None, j.path.stem)):
         for hog in (False, True):
             rows[job.path.stem, hog] = [_once(job, settings, hog) for _ in range(n)]
     print(f"\n| candidate | hog on one core | speedups ({n} evaluations) | median | CV |\n|---|---|---|---|---|")
@@ -63,4 +64,4 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5, sys.argv[2] if len(sys.argv) > 2 else None)
