@@ -2,12 +2,14 @@
 reference and candidate processes), quiet and with a process spinning on one core, gives speedups with a
 coefficient of variation <= 10 %; a candidate doing the reference's own work gives 1.0x within 10 %.
 
-    python benchmarks/cpu_pairing.py [N] [CANDIDATE]   (one line per evaluation, then a table; CANDIDATE:
-                                                        cpu_fused_o3 or same_as_reference, default both)
+    python benchmarks/cpu_pairing.py [-n N] [--only CANDIDATE] [--apart]
+    (one line per evaluation, then a table; CANDIDATE: cpu_fused_o3 or same_as_reference; --apart also times
+    every configuration with reference and candidate timed apart, as before pairing)
 """
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing
 import os
 import statistics
@@ -29,6 +31,7 @@ def _spin(stop) -> None:
 
 
 def _once(job: CandidateJob, settings: EvalSettings, hog: bool) -> float:
+    """One fresh batch; `hog`: a process spins on core 0 meanwhile."""
     stop = multiprocessing.Event()
     spinner = multiprocessing.Process(target=_spin, args=(stop,), daemon=True) if hog else None
     if spinner:
@@ -41,27 +44,33 @@ def _once(job: CandidateJob, settings: EvalSettings, hog: bool) -> float:
         if spinner:
             spinner.join()
     low, high = verdict.evidence.timing.speedup_interval
-    print(f"{job.path.stem:14} hog={hog!s:5} {verdict.status.value:8} {verdict.speedup:.3f}x (95 %: {low:.3f}-{high:.3f})",
-          flush=True)
+    print(f"{job.path.stem:17} paired={settings.paired!s:5} hog={hog!s:5} {verdict.status.value:8} "
+          f"{verdict.speedup:.3f}x (95 %: {low:.3f}-{high:.3f})", flush=True)
     return verdict.speedup
 
 
-def main(n: int, only: str | None) -> None:
+def main(n: int, only: str | None, apart: bool) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="kforge-pairing-"))
     problem = resolve_problem("scale_bias_hardswish")
     jobs = [CandidateJob(path=ROOT / "solutions/scale_bias_hardswish/cpu_fused_o3.py", problem=problem),
             CandidateJob(path=SAME, problem=problem)]
-    settings = EvalSettings(device="cpu", size="small", trials=3, build_root=scratch / "builds")
     rows = {}
     for job in (j for j in jobs if only in (None, j.path.stem)):
-        for hog in (False, True):
-            rows[job.path.stem, hog] = [_once(job, settings, hog) for _ in range(n)]
-    print(f"\n| candidate | hog on one core | speedups ({n} evaluations) | median | CV |\n|---|---|---|---|---|")
-    for (name, hog), speedups in rows.items():
+        for paired in (True, False) if apart else (True,):
+            settings = EvalSettings(device="cpu", size="small", trials=3, build_root=scratch / "builds", paired=paired)
+            for hog in (False, True):
+                rows[job.path.stem, paired, hog] = [_once(job, settings, hog) for _ in range(n)]
+    print(f"\n| candidate | timed | hog on one core | speedups ({n} evaluations) | median | CV |\n|---|---|---|---|---|---|")
+    for (name, paired, hog), speedups in rows.items():
         cv = statistics.pstdev(speedups) / statistics.fmean(speedups)
-        print(f"| {name} | {'yes' if hog else 'no'} | {', '.join(f'{s:.3f}' for s in speedups)} | "
-              f"{statistics.median(speedups):.3f} | {100 * cv:.1f} % |")
+        print(f"| {name} | {'paired' if paired else 'apart'} | {'yes' if hog else 'no'} | "
+              f"{', '.join(f'{s:.3f}' for s in speedups)} | {statistics.median(speedups):.3f} | {100 * cv:.1f} % |")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5, sys.argv[2] if len(sys.argv) > 2 else None)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=5, help="evaluations per configuration")
+    parser.add_argument("--only", help="cpu_fused_o3 or same_as_reference")
+    parser.add_argument("--apart", action="store_true", help="also time reference and candidate apart")
+    args = parser.parse_args()
+    main(args.n, args.only, args.apart)

@@ -100,7 +100,7 @@ class Batch:
         if candidate is not None:
             extra["candidate_path"] = str(candidate.resolve())
         timing = TimingRequest(enabled=s.timing, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms, min_reps=s.min_reps,
-                               max_reps=s.max_reps, rel_ci=s.rel_ci)
+                               max_reps=s.max_reps, rel_ci=s.rel_ci, paired=s.paired)
         return _REQUESTS[role](
             problem_path=str(problem.path), device=s.device, overrides=problem.meta.small if s.size == "small" else {},
             init_seed=self.init_seed, atol=problem.meta.atol, rtol=problem.meta.rtol, out_dir=str(out_dir),

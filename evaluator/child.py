@@ -178,7 +178,7 @@ def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: 
     if req.timing.enabled:
         changed = fresh.changed()  # by the leak check's calls: the fills below overwrite the inputs
         keeper = _Keeper(req.probe_fraction, fresh.label)
-        _time(chan, req, call, fresh, on_rep=keeper, pace=pace)
+        _time(chan, req, call, fresh, on_rep=keeper, pace=pace if req.timing.paired else None)
         check("timing")
         chan.send(Stage(stage="probe"))
         chan.send(_probe(req, model, problem, fresh, changed, keeper.take(), save))

@@ -56,6 +56,7 @@ class EvalSettings(BaseModel):
     min_reps: int = 10
     max_reps: int = 1000
     rel_ci: float | None = 0.005  # stop timing once the median's 95 % interval is within +-0.5 % (None: run rep_ms)
+    paired: bool = True  # time the reference beside each round of the candidate (False: apart, one after the other)
     compile_baseline: bool = False  # also time torch.compile(reference)
     cpu_threads: int = Field(1, ge=1)  # CPU runs: same thread count for both sides; 1 keeps timings stable
     limits: Limits = Field(default_factory=Limits)

@@ -257,13 +257,13 @@ def _pairing(case: _Case) -> Outcome | None:
         return None
     if paired.forged:
         return _cheat("forged_messages", f"the result channel carried {paired.forged}", "timing")
-    if not paired.failed and not paired.usable(model["samples"]):
+    if case.settings.paired and not paired.failed and not paired.usable(model["samples"]):
         return _cheat("forged_messages", "the timed samples are not the rounds the child reported while it was timed", "timing")
     return None
 
 
 def _usable(case: _Case, samples: list[float]) -> bool:
-    return case.paired is not None and case.paired.usable(samples)
+    return case.settings.paired and case.paired is not None and case.paired.usable(samples)
 
 
 def _report(case: _Case) -> TimingReport | None:

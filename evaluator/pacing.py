@@ -50,8 +50,8 @@ class Paired:
 class Pacer:
     """Answers a candidate child's `pace` messages (the runner's relay calls it), keeping both sides' blocks."""
 
-    def __init__(self, time_block: TimeBlock, rel_ci: float | None, max_reps: int):
-        self.time_block, self.rel_ci, self.max_reps = time_block, rel_ci, max_reps
+    def __init__(self, time_block: TimeBlock, rel_ci: float | None, max_reps: int, on: bool = True):
+        self.time_block, self.rel_ci, self.max_reps, self.on = time_block, rel_ci, max_reps, on
         self.hold = contextlib.nullcontext  # what keeps the candidate still while the reference runs (Child.paused)
         self.paired = Paired()
         self._owed: tuple[int, int] | None = None  # a candidate round whose reference block comes after it
@@ -69,6 +69,8 @@ class Pacer:
             pace = Pace.model_validate(message)
         except ValidationError as exc:
             return self._refuse(f"a malformed pace message ({misfits(exc)})")
+        if not self.on:
+            return self._refuse("a pace message, but this batch times reference and candidate apart")
         if pace.reps > MAX_ROUND or pace.which + pace.reps > self.max_reps or len(pace.last_round) > MAX_ROUND:
             return self._refuse(f"a pace message asking for {pace.reps} reps from rep {pace.which}")
         if pace.last_round:

@@ -31,6 +31,7 @@ class TimingRequest(_Line):
     min_reps: int
     max_reps: int
     rel_ci: float | None
+    paired: bool = True  # a candidate's rounds wait for the reference's beside them (evaluator/pacing.py)
 
 
 class _RunRequest(_Line):

@@ -218,7 +218,7 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     runs on the device the comparer holds its expected outputs on."""
     settings, problem = batch.settings, prep.job.problem
     server, comparisons = problems.server(problem), {}
-    pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps)
+    pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired)
     child = batch.spawn(prep.workdir, prep.build_dir, problem, prep.candidate,
                         on_message=_relay(batch, prep, server, comparisons, pacer))
     pacer.hold = child.paused  # the candidate's processes are stopped while its reference block runs

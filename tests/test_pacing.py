@@ -161,3 +161,9 @@ def test_threads_left_spinning_cannot_slow_the_reference_beside_them(cpu_setting
     (verdict,) = evaluate([job], cpu_settings)
     assert verdict.status is Status.CORRECT, verdict.evidence.cause
     assert verdict.speedup < 0.6, (verdict.speedup, verdict.reference, verdict.candidate)
+
+
+def test_a_batch_timed_apart_refuses_every_pace():
+    pacer = Pacer(lambda first, reps: [1.0] * reps, None, 1000, on=False)
+    assert pacer({"event": "pace", "which": 0, "reps": 2, "last_round": [], "least": 2}).go is False
+    assert "times reference and candidate apart" in pacer.paired.forged and pacer.paired.reference == []
