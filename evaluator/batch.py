@@ -22,6 +22,7 @@ from evaluator.hardware import visible_gpus
 from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
 from evaluator.results import ChildResult
 from evaluator.sandbox import Child, jail_spec, require_layers, run_tool
+from evaluator.timing import CPU_CHILD_ENV
 from reference_problems import Problem
 
 DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
@@ -111,8 +112,9 @@ class Batch:
     def spawn(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
               on_message: Callable[[dict], dict | None] | None = None, publish: bool = False) -> Child:
         """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request."""
-        return Child(workdir, build_dir, self.settings.limits, cap_address_space=self.settings.device == "cpu",
-                     stop=self.stop, on_message=on_message, jail=self.jail(workdir, build_dir, problem, candidate, publish))
+        cpu = self.settings.device == "cpu"
+        return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
+                     jail=self.jail(workdir, build_dir, problem, candidate, publish), env=CPU_CHILD_ENV if cpu else None)
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
             gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:

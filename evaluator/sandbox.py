@@ -244,7 +244,7 @@ class Child:
 
     def __init__(self, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
                  stop: threading.Event | None = None, on_message: Callable[[dict], BaseModel | None] | None = None,
-                 jail: dict | None = None):
+                 jail: dict | None = None, env: dict[str, str] | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
@@ -257,7 +257,7 @@ class Child:
         with open(self.result.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 _jailed(jail, [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)], self.cgroup, said), cwd=workdir,
-                env=scrubbed_env(workdir, build_dir, self.token), stdin=subprocess.DEVNULL, stdout=log,
+                env=scrubbed_env(workdir, build_dir, self.token) | (env or {}), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, pass_fds=(req_r, res_w), start_new_session=True,
                 preexec_fn=lambda: _prepare_child(limits, cap_address_space),
             )

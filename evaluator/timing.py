@@ -17,6 +17,10 @@ _CPU_MIN_WALL_S = 0.5  # below this, a busy machine's scheduling noise could pas
 _CPU_MIN_SHARE = 0.25  # on CPU the samples must cover at least this share of the timed loop
 _ROUND, _MIN_FOR_INTERVAL = 10, 20  # reps between looks at the median's interval; reps before the first look
 _PAIRS = 10  # paced: rounds are made small enough that the reps budget holds at least this many
+# CPU children's malloc backs its heap with 2 MB pages (transparent huge pages, madvised; a no-op where THP is
+# off). Which 4 KB physical pages a process got decided where its tensors fell in the caches, and so its speed:
+# the same work timed 0.79-1.18x between fresh process pairs with 4 KB pages, 0.93-1.11x with 2 MB pages.
+CPU_CHILD_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
 
 
 def _estimate_ms(fn: Callable, sync: Callable, untimed: Callable[[], None]) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import multiprocessing
 import os
 import subprocess
@@ -167,3 +168,28 @@ def test_a_batch_timed_apart_refuses_every_pace():
     pacer = Pacer(lambda first, reps: [1.0] * reps, None, 1000, on=False)
     assert pacer({"event": "pace", "which": 0, "reps": 2, "last_round": [], "least": 2}).go is False
     assert "times reference and candidate apart" in pacer.paired.forged and pacer.paired.reference == []
+
+
+HUGE_PAGES_PROBE = """
+import re
+import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        heap = torch.ones(8 << 20, dtype=torch.uint8)  # from malloc's heap (below its 32 MB mmap threshold)
+        rollup = open("/proc/self/smaps_rollup").read()
+        raise RuntimeError("heap pages: " + re.search(r"AnonHugePages:\\s+(\\d+) kB", rollup).group(1) + " kB huge")
+"""
+
+
+@pytest.mark.skipif("[never]" in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text(),
+                    reason="transparent huge pages are off on this machine")
+def test_cpu_children_back_their_heap_with_huge_pages(cpu_settings, tmp_path):
+    """Which 4 KB pages a process got moved its timings by up to 20 % (timing.CPU_CHILD_ENV): a CPU child's heap
+    comes in 2 MB pages. The candidate reports its own process's huge pages through its error."""
+    (tmp_path / "probe.py").write_text(HUGE_PAGES_PROBE)
+    (verdict,) = evaluate([CandidateJob(path=tmp_path / "probe.py", problem=resolve_problem("relu"))], cpu_settings)
+    assert verdict.status is Status.RUNTIME_ERROR, verdict.evidence.cause
+    huge_kb = int(re.search(r"heap pages: (\d+) kB huge", verdict.evidence.cause).group(1))
+    assert huge_kb >= 4096, verdict.evidence.cause
