@@ -99,9 +99,9 @@ def _hog(stop) -> None:
 @pytest.mark.slow
 def test_a_candidate_identical_to_the_reference_is_one_x_with_a_core_hogged(cpu_settings):
     """Issue 19 on a 2-core machine: the same work times near 1.0x while another process spins on one core,
-    because each round of the candidate is paired with a reference block beside it. Within one evaluation the
-    interval is a few %; between fresh evaluations the ratio moved 0.82-1.18x (10 of them, hog or not: a bias
-    of the process pair, not of load; benchmarks/cpu_pairing.py), so the bound here is that, not the goal's 10 %."""
+    because each round of the candidate is paired with a reference block beside it. Measured over fresh
+    evaluations (benchmarks/cpu_pairing.py): 0.93-1.04x in 10 of 10, 0.93-1.11x in 6 others; the bound here
+    leaves that one-in-twenty 11 % some room, so CI does not flake."""
     job = CandidateJob(path=SAME, problem=resolve_problem("scale_bias_hardswish"))
     stop = multiprocessing.Event()
     hog = multiprocessing.Process(target=_hog, args=(stop,), daemon=True)
@@ -116,7 +116,7 @@ def test_a_candidate_identical_to_the_reference_is_one_x_with_a_core_hogged(cpu_
     report = verdict.evidence.timing
     assert "paired ratios" in report.interval and report.reference_calls == report.calls
     low, high = report.speedup_interval
-    assert 0.8 <= verdict.speedup <= 1.25 and low <= verdict.speedup <= high, (verdict.speedup, report)
+    assert 0.85 <= verdict.speedup <= 1.15 and low <= verdict.speedup <= high, (verdict.speedup, report)
 
 
 def test_the_wall_clock_check_does_not_count_the_loops_wait_for_the_reference(tmp_path):
@@ -149,7 +149,7 @@ def test_four_submitters_at_once_get_the_verdicts_they_get_alone(build_root, tmp
     assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in results]
     verdicts = {Path(line["path"]).name: line for line in (json.loads(out) for out, _ in results)}
     assert {name: v["status"] for name, v in verdicts.items()} == expect
-    assert verdicts["cpu_fused_o3.py"]["speedup"] > 1.5 and 0.8 <= verdicts[SAME.name]["speedup"] <= 1.25, verdicts
+    assert verdicts["cpu_fused_o3.py"]["speedup"] > 1.5 and 0.85 <= verdicts[SAME.name]["speedup"] <= 1.15, verdicts
 
 
 @pytest.mark.slow
