@@ -74,6 +74,8 @@ def publish(workdir: Path, build_dir: Path) -> bool:
         return False
     root = build_dir.parent
     with _locked(root / _OUTCOMES / f"{build_dir.name}.lock"):
+        for stale in root.glob(f".incoming-{build_dir.name}-*"):  # a publisher of this key killed mid-copy: we hold its lock
+            shutil.rmtree(stale, ignore_errors=True)
         if not any(build_dir.rglob("*.so")):
             incoming = root / f".incoming-{build_dir.name}-{os.getpid()}-{time.monotonic_ns()}"
             try:
