@@ -140,24 +140,28 @@ def _memory(chan: Channel, device: str) -> None:
         chan.send(Memory(peak_cuda_allocated=torch.cuda.max_memory_allocated(), host_rss=leaks.rss()))
 
 
+def _ask(chan: Channel, requests, message: Message, doing: str) -> bytes:
+    """Send a message the parent answers, and wait for its answer line."""
+    chan.send(message)
+    line = requests.readline()
+    if not line:
+        raise RuntimeError(f"kforge stopped answering while {doing}")
+    return line
+
+
 def _pacer(chan: Channel, requests):
     """The candidate's timed rounds, paced by the parent (evaluator/pacing.py): before each round it times the
     reference beside the last one, and says whether to go on."""
     def pace(at: timing.Pace) -> bool:
-        chan.send(Pace(which=at.first, reps=at.reps, last_round=at.last_round, least=at.least))
-        line = requests.readline()
-        if not line:
-            raise RuntimeError("kforge stopped answering while it timed the reference")
-        return Go.model_validate_json(line).go
+        message = Pace(which=at.first, reps=at.reps, last_round=at.last_round, least=at.least)
+        return Go.model_validate_json(_ask(chan, requests, message, "it timed the reference")).go
     return pace
 
 
 def _handoff(chan: Channel, requests, req: CandidateRequest):
     """The candidate's saver: each call's outputs go to the comparer, and the child waits until they are judged."""
     def send(label: str, outputs: list[dict]) -> None:
-        chan.send(Outputs(which=label, outputs=outputs))
-        if not requests.readline():
-            raise RuntimeError("kforge stopped answering while the outputs were judged")
+        _ask(chan, requests, Outputs(which=label, outputs=outputs), "the outputs were judged")
     return trials.handoff(Path(req.out_dir), req.device, send)
 
 

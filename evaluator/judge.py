@@ -50,7 +50,7 @@ class Outcome:
     status: Status
     evidence: Evidence = field(default_factory=Evidence)
     timing: TimingStats | None = None
-    paired: tuple[float, float, float] | None = None  # the speedup and its interval from interleaved pairs
+    speedup: float | None = None  # the median paired ratio (its interval is in evidence.timing)
     reference: TimingStats | None = None  # the reference's blocks timed beside this candidate
 
 
@@ -325,4 +325,4 @@ def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: Eval
     if mine is None or not _usable(case, _timed(result)["samples"]):
         return Outcome(Status.CORRECT, evidence, mine)
     pooled = summarize([s for block in paired.reference for s in block], mine.method)
-    return Outcome(Status.CORRECT, evidence, mine, paired=paired.ratio(), reference=pooled)
+    return Outcome(Status.CORRECT, evidence, mine, speedup=paired.ratio()[0], reference=pooled)

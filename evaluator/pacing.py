@@ -20,7 +20,7 @@ from typing import Callable
 from pydantic import ValidationError
 
 from evaluator.protocol import Go, Pace, misfits
-from evaluator.timing import paired_ratio
+from evaluator.timing import paired_ratio, tight
 
 MIN_PAIRS = 10  # pairs before the ratio's interval may stop the rounds
 MAX_ROUND = 10  # reps of one round (timing._ROUND): a pace asking for more was not written by the harness
@@ -103,5 +103,4 @@ class Pacer:
         paired = self.paired
         if self.rel_ci is None or len(paired.candidate) < MIN_PAIRS or len(paired.reference) != len(paired.candidate):
             return False
-        middle, low, high = paired.ratio()
-        return middle > 0 and (high - low) / 2 <= self.rel_ci * middle
+        return tight(*paired.ratio(), self.rel_ci)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from pydantic import BaseModel
 
 from evaluator.batch import Batch
 from evaluator.judge import Reference, ended_badly, timings
@@ -105,34 +106,30 @@ class ReferenceServer:
         self.gpu = gpu
         return gpu
 
-    def compare(self, label: str, expected: str, trial: int, outputs: list[dict], path: Path | None) -> dict:
-        """The comparer's answer on one handed-over call; an error entry if it cannot answer (it died)."""
-        with self._lock:
-            if self.failure or self.reference is None:
-                return {"error": f"kforge's comparer for '{self.problem.name}' is gone: {self.failure}", "comparer_died": True}
-            since = len(self.child.result.messages)
-            self.child.send(Compare(label=label, expected=expected, trial=trial, outputs=outputs,
-                                    path=str(path) if path else None))
-            answer = self.child.wait_for("compared", since)
-            if answer is None:
-                self.close()
-                self.failure = _cause(self) + " while comparing a candidate's outputs"
-                return {"error": self.failure, "comparer_died": True}
-            return answer
-
-    def time_block(self, first: int, reps: int) -> list[float] | str:
-        """The reference timed on timed reps first.. (beside a candidate's round): its samples, or why not."""
+    def _ask(self, line: BaseModel, event: str, doing: str) -> dict | str:
+        """The comparer's `event` answer to one line, or why there is none: it is gone, or it died `doing` it."""
         with self._lock:
             if self.failure or self.reference is None:
                 return f"kforge's comparer for '{self.problem.name}' is gone: {self.failure}"
             since = len(self.child.result.messages)
-            self.child.send(TimeBlock(first=first, reps=reps))
-            answer = self.child.wait_for("block", since)
+            self.child.send(line)
+            answer = self.child.wait_for(event, since)
             if answer is None:
                 self.close()
-                self.failure = _cause(self) + " while timing the reference beside a candidate"
+                self.failure = f"{_cause(self)} while {doing}"
                 return self.failure
-            return answer.get("error") or answer["samples"]
+            return answer
+
+    def compare(self, label: str, expected: str, trial: int, outputs: list[dict], path: Path | None) -> dict:
+        """The comparer's answer on one handed-over call; an error entry if it cannot answer (it died)."""
+        line = Compare(label=label, expected=expected, trial=trial, outputs=outputs, path=str(path) if path else None)
+        answer = self._ask(line, "compared", "comparing a candidate's outputs")
+        return answer if isinstance(answer, dict) else {"error": answer, "comparer_died": True}
+
+    def time_block(self, first: int, reps: int) -> list[float] | str:
+        """The reference timed on timed reps first.. (beside a candidate's round): its samples, or why not."""
+        answer = self._ask(TimeBlock(first=first, reps=reps), "block", "timing the reference beside a candidate")
+        return answer if isinstance(answer, str) else answer.get("error") or answer["samples"]
 
     def close(self) -> None:
         if self.child is None:

@@ -74,7 +74,7 @@ def _speed(outcome: Outcome, ref: Reference) -> dict:
     if outcome.status is not Status.CORRECT or timing is None:
         return {}
     reference = outcome.reference or ref.timing  # timed beside this candidate where the rounds were paired
-    speedup = outcome.paired[0] if outcome.paired else reference.median_ms / timing.median_ms if reference else None
+    speedup = outcome.speedup or (reference.median_ms / timing.median_ms if reference else None)
     interval = outcome.evidence.timing and outcome.evidence.timing.speedup_interval
     if speedup:
         outcome.evidence.cause += f"; {speedup:.3g}x vs eager" + (f" (95 %: {interval[0]:.3g}-{interval[1]:.3g}x)" if interval else "")

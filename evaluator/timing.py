@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -80,17 +81,21 @@ def paired_ratio(reference_blocks: list[list[float]], candidate_blocks: list[lis
     return statistics.median(ratios), low, high
 
 
+def tight(middle: float, low: float, high: float, rel_ci: float) -> bool:
+    """Whether a median's 95 % interval is within +-rel_ci of it."""
+    return middle > 0 and (high - low) / 2 <= rel_ci * middle
+
+
 def _tight(samples: list[float], rel_ci: float) -> bool:
-    low, high = median_interval(samples)
-    median = statistics.median(samples)
-    return median > 0 and (high - low) / 2 <= rel_ci * median
+    return tight(statistics.median(samples), *median_interval(samples), rel_ci)
 
 
 def _ignore(*_args) -> None:
     return None
 
 
-def _flush_buffer(device: str, flush_l2: bool) -> torch.Tensor | None:
+def flush_buffer(device: str, flush_l2: bool = True) -> torch.Tensor | None:
+    """What is zeroed before every timed call on CUDA to evict L2 (None on CPU)."""
     return torch.empty(_L2_FLUSH_BYTES if flush_l2 else 0, dtype=torch.int8, device="cuda") if device == "cuda" else None
 
 
@@ -101,19 +106,23 @@ def _round(fn: Callable, device: str, first: int, n: int, flush: torch.Tensor | 
     return _cpu_round(fn, first, n, least, on_rep, fresh)
 
 
-def block(fn: Callable, device: str, first: int, n: int, fresh: Callable[[int], None] = _ignore) -> list[float]:
-    """n timed calls as bench's rounds take them (fresh inputs of reps first.., the L2 flushed on CUDA): the
+def block(fn: Callable, device: str, first: int, n: int, flush: torch.Tensor | None,
+          fresh: Callable[[int], None] = _ignore) -> list[float]:
+    """n timed calls as bench's rounds take them (fresh inputs of reps first.., `flush` zeroed on CUDA): the
     other side of a paired round, timed right beside the candidate's (see paired_ratio)."""
-    return _round(fn, device, first, n, _flush_buffer(device, True), n, _ignore, fresh)
+    return _round(fn, device, first, n, flush, n, _ignore, fresh)
 
 
+@dataclass
 class Pace:
     """What bench tells its `pace` hook before each round (reps > 0) and after the last (reps == 0): where the
     round starts, its size, the samples of the round before, and the reps sure to run (`least`). The hook
     answers whether to go on; bench stops only at or past `least`."""
 
-    def __init__(self, first: int, reps: int, last_round: list[float], least: int):
-        self.first, self.reps, self.last_round, self.least = first, reps, last_round, least
+    first: int
+    reps: int
+    last_round: list[float]
+    least: int
 
 
 def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int,
@@ -147,9 +156,13 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
         fn()
     sync()
     most = min(max_reps, max(min_reps, int(rep_ms / estimate)))
-    least = most if rel_ci is None and pace is None else min(most, max(min_reps, _MIN_FOR_INTERVAL))
-    size = most if rel_ci is None and pace is None else _ROUND if pace is None else max(1, min(_ROUND, most // _PAIRS))
-    flush = _flush_buffer(device, flush_l2)
+    if pace is not None:  # small rounds, at least _PAIRS of them; the hook decides after `least`
+        size, least = max(1, min(_ROUND, most // _PAIRS)), min(most, max(min_reps, _MIN_FOR_INTERVAL))
+    elif rel_ci is not None:  # rounds of _ROUND until the interval is tight
+        size, least = _ROUND, min(most, max(min_reps, _MIN_FOR_INTERVAL))
+    else:  # the whole budget in one go
+        size, least = most, most
+    flush = flush_buffer(device, flush_l2)
     mark(untimed_calls)
     samples: list[float] = []
     last: list[float] = []
