@@ -29,10 +29,12 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 _CONTROLLERS = ("memory", "pids")
 _REMOVE_TRIES = 40  # x 25 ms: an ended child's processes are reaped by then
-_FREEZE_WAIT_S = 0.05  # cgroup v2 freezes asynchronously: a process in uninterruptible sleep stops when it wakes
+_FREEZE_WAIT_S = 0.2  # a freeze is asynchronous (v2's freezer and SIGSTOP alike): a thread stops when it is next
+# scheduled (milliseconds later on a busy machine), one in uninterruptible sleep when it wakes
 _counter = itertools.count()
 
 
@@ -177,6 +179,8 @@ class Cgroup:
         for _ in range(2 if frozen else 1):
             for pid in _pids(d):
                 _signal(pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+        if frozen:
+            _wait_stopped(lambda: _pids(d))
 
     def close(self) -> None:
         """Kill whatever is left in it (the PID namespace normally took it all already) and remove it."""
@@ -210,6 +214,40 @@ def _pids(d: Path) -> list[int]:
         return [int(p) for p in (d / "cgroup.procs").read_text().split()]
     except OSError:
         return []
+
+
+def _wait_stopped(pids: Callable[[], list[int]]) -> None:
+    """Return once every thread of these processes is stopped or gone, or the freeze wait passed: kill(SIGSTOP)
+    returns at once, and on 2 busy cores threads the candidate left spinning went on for milliseconds (into the
+    reference's block beside them, slowing it up to 15x) before the scheduler ran them into their stop."""
+    deadline = time.monotonic() + _FREEZE_WAIT_S
+    while not all(_state(task) in "TtZX" for pid in pids() for task in Path(f"/proc/{pid}/task").glob("*")):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.0005)
+
+
+def freeze_group(pgid: int, frozen: bool) -> None:
+    """Cgroup.freeze where there is no cgroup: a process group (a process that left it goes on)."""
+    try:
+        os.killpg(pgid, signal.SIGSTOP if frozen else signal.SIGCONT)
+    except ProcessLookupError:
+        return
+    if frozen:
+        _wait_stopped(lambda: [int(s.parent.name) for s in Path("/proc").glob("[0-9]*/stat") if _field(s, 2) == str(pgid)])
+
+
+def _state(task: Path) -> str:
+    """A thread's scheduler state (R, S, D, T...); X once it is gone."""
+    return _field(task / "stat", 0) or "X"
+
+
+def _field(stat: Path, n: int) -> str:
+    """Field n after the command name of a /proc stat file (0: state, 2: process group); '' once it is gone."""
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[n]
+    except (OSError, IndexError):
+        return ""
 
 
 def _signal(pid: int, sig: int) -> None:

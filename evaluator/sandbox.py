@@ -303,7 +303,7 @@ class Child:
         if self.cgroup:
             self.cgroup.freeze(frozen)
         else:
-            _signal_group(self.proc, signal.SIGSTOP if frozen else signal.SIGCONT)
+            resources.freeze_group(self.proc.pid, frozen)
 
     def begin(self, request: Request, gate: Callable[[], str | None] | None = None) -> None:
         """The request goes out, and the child's clock starts, once the gate (if any) gives a device -- the child's
