@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import ClassVar
 
 import jinja2
 
 from db import Database, EvaluationRow, LeaderRow, ProblemRow, SolutionRow
 from kforge.kernelbench import FAST_P
+from kforge.lineage import Call, DeviceSize, Lineage, lineages
 from kforge.speed_of_light import Achieved, Cost, achieved, costs
 from reference_problems import Problem, ProblemError, list_problems
 from reference_problems.registry import load_problem_file
@@ -70,21 +71,35 @@ def _environment() -> jinja2.Environment:
 
 
 WIDTH, HEIGHT = 440, 250  # chart size in pixels
+LINEAGE_WIDTH, LINEAGE_HEIGHT = 880, 300  # a lineage runs over many turns
 LEFT, RIGHT, TOP, BOTTOM = 48, 14, 12, 40  # room for tick labels around the plot area
 
 
 class _Frame:
-    """Maps data ranges onto the plot area of a chart (y grows upwards)."""
+    """Maps data ranges onto the plot area of a chart of the given size (y grows upwards)."""
 
-    def __init__(self, x_lo: float, x_hi: float, y_hi: float) -> None:
-        self.x_lo, self.x_hi, self.y_hi = x_lo, x_hi, y_hi
-        self.x0, self.x1, self.y0, self.y1 = LEFT, WIDTH - RIGHT, HEIGHT - BOTTOM, TOP
+    def __init__(self, x_lo: float, x_hi: float, y_hi: float, y_lo: float = 0.0, width: int = WIDTH,
+                 height: int = HEIGHT) -> None:  # fmt: skip
+        self.x_lo, self.x_hi, self.y_lo, self.y_hi, self.width, self.height = x_lo, x_hi, y_lo, y_hi, width, height
+        self.x0, self.x1, self.y0, self.y1 = LEFT, width - RIGHT, height - BOTTOM, TOP
 
     def x(self, v: float) -> float:
         return round(self.x0 + (v - self.x_lo) / (self.x_hi - self.x_lo) * (self.x1 - self.x0), 1)
 
     def y(self, v: float) -> float:
-        return round(self.y0 - v / self.y_hi * (self.y0 - self.y1), 1)
+        return round(self.y0 - (v - self.y_lo) / (self.y_hi - self.y_lo) * (self.y0 - self.y1), 1)
+
+
+@dataclass(frozen=True)
+class Dot:
+    """A point of a chart: coloured by its verdict, linking to its candidate page, carrying its data as data-*."""
+
+    x: float
+    y: float
+    status: str
+    tip: str
+    href: str
+    data: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -99,8 +114,17 @@ class Chart:
     path: str = ""  # a step curve
     bars: list[tuple[float, float, float, float, str]] = field(default_factory=list)  # x, y, w, h, tooltip
     marker: float | None = None  # x of the 1x line
-    width: ClassVar[int] = WIDTH
-    height: ClassVar[int] = HEIGHT
+    level: float | None = None  # y of the 1x line
+    dots: list[Dot] = field(default_factory=list)
+    edges: list[tuple[float, float, float, float]] = field(default_factory=list)  # from a dot's parent to it
+
+    @property
+    def width(self) -> int:
+        return self.frame.width
+
+    @property
+    def height(self) -> int:
+        return self.frame.height
 
 
 def _nice_step(span: float, n: int = 5) -> float:
@@ -142,6 +166,51 @@ def histogram_chart(speedups: list[float]) -> Chart:
     y_ticks = [(f.y(v), str(v)) for v in range(0, max(counts) + 1, y_step)]
     return Chart(f, "speedup over eager (log scale)", "correct runs", x_ticks, y_ticks, bars=bars,
                  marker=f.x(0) if lo <= 0 <= hi else None)  # fmt: skip
+
+
+LOG_SPAN = 8  # speedups spanning a wider ratio get a log axis
+Axis = tuple[Callable[[float], float], float, float, list[tuple[float, str]]]
+
+
+def _speedup_axis(speedups: list[float]) -> Axis:
+    """(speedup -> axis value, lowest, highest, ticks): log2 when the speedups span more than LOG_SPAN, else linear
+    from 0, so 0.01x and 20x fit one axis and 1.1x and 1.3x stay apart; 1x is always on it."""
+    lo, hi = min(speedups, default=1.0), max(speedups, default=1.0)
+    if hi / lo > LOG_SPAN:
+        a, b = min(math.floor(math.log2(lo)), 0), max(math.ceil(math.log2(hi)), 1)
+        stride = math.ceil((b - a) / 6)
+        return math.log2, a, b, [(k, _power_label(k)) for k in range(a, b + 1) if k % stride == 0]
+    step = _nice_step(max(hi, 1.0) * 1.1, 4)
+    n = math.ceil(max(hi, 1.0) * 1.1 / step)
+    return float, 0.0, n * step, [(i * step, f"{i * step:g}x") for i in range(n + 1)]
+
+
+def _dot(call: Call, board: DeviceSize, x: float, y: float) -> Dot:
+    g, ev = call.gen, call.verdicts[board]
+    island = "-" if g.island is None else g.island
+    tip = f"call {g.id} · turn {g.turn} · island {island} · {g.prompt_kind} · {ev.status} {fmt_num(ev.speedup, 'x')}"
+    return Dot(x, y, ev.status, tip, page_of(g.solution_sha256),
+               {"call": str(g.id), "turn": str(g.turn), "status": ev.status, "speedup": f"{ev.speedup or ''}"})
+
+
+def lineage_chart(lineage: Lineage, board: DeviceSize) -> Chart:
+    """Each judged call's speedup over turns, an edge from its parent call, the best so far as a step. Calls
+    without a speedup (failed, skipped or untimed) sit on a 'none' line under the axis, coloured by verdict."""
+    calls = lineage.judged(board)
+    scale, lo, hi, ticks = _speedup_axis([s for c in calls if (s := c.speedup(board))])
+    none = lo - (hi - lo) / 10
+    first, last = lineage.turns
+    f = _Frame(first - 0.5, last + 0.5, hi, y_lo=lo - (hi - lo) / 5, width=LINEAGE_WIDTH, height=LINEAGE_HEIGHT)
+    at = {c.gen.id: (f.x(c.x), f.y(scale(s) if (s := c.speedup(board)) else none)) for c in calls}
+    best = [(f.x(x), f.y(scale(s))) for x, s in lineage.best_so_far(board)]
+    path = " ".join([f"M {best[0][0]} {best[0][1]}", *(f"H {x} V {y}" for x, y in best[1:]), f"H {f.x1}"]) if best else ""
+    stride = math.ceil((last - first + 1) / 12)
+    return Chart(f, "turn", f"speedup over eager{' (log scale)' if scale is math.log2 else ''}",
+                 [(f.x(t), str(t)) for t in range(first, last + 1, stride)],
+                 [(f.y(v), label) for v, label in ticks] + [(f.y(none), "none")], path=path, level=f.y(scale(1.0)),
+                 dots=[_dot(c, board, *at[c.gen.id]) for c in calls],
+                 edges=[(*at[c.gen.parent_generation_id], *at[c.gen.id]) for c in calls
+                        if c.gen.parent_generation_id in at])  # fmt: skip
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -273,8 +342,8 @@ def _boards(db: Database, runs: list[EvaluationRow], cost: dict[str, Cost]) -> l
     return [_board(db, name, size, groups[(name, size)], cost) for name, size in keys]
 
 
-def _candidates(db: Database, runs: list[EvaluationRow], cost: dict[str, Cost]) -> list[Candidate]:
-    solutions = db.solutions()
+def _candidates(db: Database, solutions: list[SolutionRow], runs: list[EvaluationRow],
+                cost: dict[str, Cost]) -> list[Candidate]:  # fmt: skip
     children: dict[str, list[SolutionRow]] = defaultdict(list)
     runs_of: dict[str, list[Run]] = defaultdict(list)
     for s in solutions:
@@ -289,20 +358,27 @@ def _candidates(db: Database, runs: list[EvaluationRow], cost: dict[str, Cost]) 
 # -- output --------------------------------------------------------------------------------------
 
 
+def _render(env: jinja2.Environment, template: str, path: Path, **context: object) -> None:
+    path.write_text(env.get_template(template).render(**context))
+
+
 def write_report(db: Database, out_dir: Path, sandbox: str = "strict") -> Path:
     """Renders the report into out_dir (created; files of an earlier report are overwritten) and
     returns the path of its index.html. `sandbox` is the mode the problems' introspection children run under."""
-    runs = db.evaluations()
+    runs, solutions = db.evaluations(), db.solutions()
     cost = costs(_problem_files(db.problems()), sandbox)
-    candidates = _candidates(db, runs, cost)
+    candidates = _candidates(db, solutions, runs, cost)
+    lines = {lin.problem: lin for lin in lineages(db.generations(), solutions, runs)}
     env, stamp = _environment(), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     out_dir = Path(out_dir)
-    (out_dir / "candidates").mkdir(parents=True, exist_ok=True)
+    for folder in ("candidates", "lineage"):
+        (out_dir / folder).mkdir(parents=True, exist_ok=True)
     for c in candidates:
-        html = env.get_template("candidate.html.j2").render(c=c, root="../", stamp=stamp)
-        (out_dir / page_of(c.sol.sha256)).write_text(html)
+        _render(env, "candidate.html.j2", out_dir / page_of(c.sol.sha256), c=c, root="../", stamp=stamp)
+    for lin in lines.values():
+        _render(env, "lineage.html.j2", out_dir / lin.page, lin=lin, root="../", stamp=stamp,
+                charts=[(board, lineage_chart(lin, board)) for board in lin.boards])  # fmt: skip
     index = out_dir / "index.html"
-    index.write_text(env.get_template("index.html.j2").render(
-        boards=_boards(db, runs, cost), candidates=candidates, n_runs=len(runs), root="", stamp=stamp, db_url=db.url
-    ))  # fmt: skip
+    _render(env, "index.html.j2", index, boards=_boards(db, runs, cost), candidates=candidates, lineages=lines,
+            n_runs=len(runs), root="", stamp=stamp, db_url=db.url)  # fmt: skip
     return index

@@ -7,6 +7,8 @@ island by a seeded draw among three ways:
 With probability `crossover` (an island with two elites or more) the parent gets a partner, another elite of the
 island drawn at random, and the prompt asks to combine the two. A refine prompt also shows up to `inspirations`
 other elites of the problem (any island): the fastest, then the fastest of each other cell, with their numbers.
+With `contrast` R, it also shows a contrastive pair (CUDA-L1's idea): the fastest other elite and the slowest one
+at least R times slower than it, and asks the model to say what makes the one faster before it writes code.
 Every `migration_interval` turns each island's fastest elite is copied into the next island (a ring), where it
 takes its cell if it is faster than what is there. Islands with no elite yet fall back to the loop's classic parent
 (the best correct candidate of the problem, else its latest failure)."""
@@ -33,6 +35,7 @@ class ArchiveConfig(BaseModel):
     seed: int = 0
     crossover: float = Field(0.0, ge=0, le=1)  # probability that a pick gets a partner to combine with
     inspirations: int = Field(0, ge=0)  # other elites shown in a refine prompt
+    contrast: float = Field(0.0, ge=0)  # >1: a refine prompt shows a slower and a faster elite this far apart
 
     @model_validator(mode="after")
     def _some_weight(self) -> ArchiveConfig:
@@ -90,6 +93,16 @@ def inspirations(members: list[ArchiveRow], exclude: set[str], n: int) -> list[A
     return chosen
 
 
+def contrast(members: list[ArchiveRow], exclude: set[str], ratio: float) -> tuple[ArchiveRow, ArchiveRow] | None:
+    """(slower, faster): the fastest elite not in exclude and the slowest at least `ratio` times slower, if any."""
+    others = sorted((m for m in members if m.solution_sha256 not in exclude), key=lambda m: (-m.speedup, m.cell))
+    if not others:
+        return None
+    fast = others[0]
+    slow = next((m for m in reversed(others) if m.speedup * ratio <= fast.speedup), None)
+    return None if slow is None or slow.solution_sha256 == fast.solution_sha256 else (slow, fast)
+
+
 class Archive:
     """One problem's archive on one device and size."""
 
@@ -107,6 +120,9 @@ class Archive:
 
     def inspirations(self, exclude: set[str]) -> list[ArchiveRow]:
         return inspirations(self.members(), exclude, self.config.inspirations)
+
+    def contrast(self, exclude: set[str]) -> tuple[ArchiveRow, ArchiveRow] | None:
+        return contrast(self.members(), exclude, self.config.contrast) if self.config.contrast > 1 else None
 
     def place(self, island: int, source: str, solution_sha256: str, speedup: float) -> bool:
         """A correct candidate enters its island's grid if its cell is empty or it beats the cell's elite."""

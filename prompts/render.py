@@ -36,6 +36,14 @@ class Program(BaseModel):
     technique: str = "plain"
 
 
+class Example(Program):
+    """A verified kernel of another, similar problem (pipeline/retrieval.py), shown in a problem's first prompt."""
+
+    problem: str
+    operators: list[str]
+    similarity: float
+
+
 def tail_lines(log: str, limit: int = 25) -> str:
     """A traceback's last frames and the exception message are at its end."""
     return "\n".join(log.rstrip().splitlines()[-limit:])
@@ -110,6 +118,16 @@ def render_inspirations(programs: list[Program], device_name: str = "") -> str:
     return ENV.get_template("inspirations.j2").render(programs=programs, device_name=device_name).strip()
 
 
+def render_related(examples: list[Example], device_name: str = "") -> str:
+    """Kernels of similar problems with their numbers, added to a problem's first prompt."""
+    return ENV.get_template("related.j2").render(examples=examples, device_name=device_name).strip()
+
+
+def render_contrast(slow: Program, fast: Program, device_name: str = "") -> str:
+    """A slower and a faster kernel side by side with their numbers, and a request to say why one is faster."""
+    return ENV.get_template("contrast.j2").render(slow=slow, fast=fast, device_name=device_name).strip()
+
+
 def render_crossover(a: Program, b: Program, device_name: str = "") -> str:
     """A request to combine two kernels, each with its numbers."""
     return ENV.get_template("crossover.j2").render(a=a, b=b, device_name=device_name).strip()
@@ -120,18 +138,23 @@ def fenced(source: str) -> str:
 
 
 def chat_messages(problem: Problem, history: list[Turn], target: Target = "cuda", size: str = "full",
-                  inspirations: list[Program] | None = None, device_name: str = "") -> list[dict]:
-    """The whole conversation: the prompt, then per earlier attempt its code and the evaluator's feedback; the
-    inspirations, if any, follow the last feedback."""
+                  inspirations: list[Program] | None = None, device_name: str = "",
+                  related: list[Example] | None = None, contrast: tuple[Program, Program] | None = None) -> list[dict]:
+    """The whole conversation: the prompt (with kernels of similar problems, if any), then per earlier attempt its
+    code and the evaluator's feedback; the inspirations and the contrastive pair, if any, follow the last feedback."""
     messages = [
         {"role": "system", "content": render_system(target)},
         {"role": "user", "content": render_prompt(problem, target, size)},
     ]
+    if related:
+        messages[-1]["content"] += "\n\n" + render_related(related, device_name)
     for turn in history:
         messages.append({"role": "assistant", "content": fenced(turn.source)})
         messages.append({"role": "user", "content": render_feedback(turn.verdict, turn.source)})
     if inspirations:
         messages[-1]["content"] += "\n\n" + render_inspirations(inspirations, device_name)
+    if contrast:
+        messages[-1]["content"] += "\n\n" + render_contrast(*contrast, device_name)
     return messages
 
 

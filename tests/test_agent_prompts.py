@@ -13,7 +13,7 @@ from fake_llm_server import FakeLLMServer, Reply
 from pipeline.archive import ArchiveConfig
 from pipeline.llm import LLMSettings, OpenAIChat
 from pipeline.loop import Loop, RunConfig
-from prompts import Program, crossover_messages
+from prompts import Program, chat_messages, crossover_messages
 from prompts.render import render_inspirations
 from reference_problems import resolve_problem
 
@@ -56,6 +56,13 @@ def test_inspirations_and_crossover_render_each_program_with_its_numbers():
     assert "Kernel A: speedup 3x, median 0.25 ms" in user["content"] and "Kernel B: speedup 1.5x" in user["content"]
     assert user["content"].index("class ModelNew: fast") < user["content"].index("class ModelNew: slow")
     assert "faster than both" in user["content"]
+    (_, user) = chat_messages(resolve_problem("relu"), [], target="cpu", size="small", contrast=(slow, fast),
+                              device_name="H100")
+    text = user["content"]
+    assert "measured on H100; one is 2x as fast as the other" in text
+    assert text.index("Slower kernel: speedup 1.5x, technique parallel.\n```python\nclass ModelNew: slow") < \
+        text.index("Faster kernel: speedup 3x, median 0.25 ms, technique shared_memory.\n```python\nclass ModelNew: fast")
+    assert text.endswith("say in two or three sentences what makes the faster kernel faster; then use that lesson in yours.")
 
 
 def run_turn_two(database, tmp_path, **archive) -> list[dict]:

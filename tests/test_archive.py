@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from db import ArchiveRow, Database
-from pipeline.archive import Archive, ArchiveConfig, pick, slot_rng
+from pipeline.archive import Archive, ArchiveConfig, contrast, pick, slot_rng
 from pipeline.features import cell_of, speedup_bucket, technique, techniques
 
 PLAIN = "import torch\nclass ModelNew: pass\n"
@@ -103,6 +103,15 @@ def test_draws_are_seeded_per_slot():
     other_seed = config.model_copy(update={"seed": 4})
     assert draws != [pick(MEMBERS, other_seed, slot_rng(other_seed, "relu", t, s)).member.cell
                      for t in range(4) for s in range(4)]
+
+
+def test_a_contrastive_pair_is_the_fastest_other_elite_and_the_slowest_far_enough_below_it():
+    pair = lambda exclude, ratio: tuple(m.cell for m in contrast(MEMBERS, exclude, ratio) or ())  # noqa: E731
+    assert pair(set(), 2.0) == ("b", "best")  # 3x against 0.5x
+    assert pair({"b"}, 2.0) == ("latest", "best")  # the parent (b) is not shown again
+    assert pair({"best"}, 2.0) == ("b", "a")
+    assert pair({"b", "latest"}, 2.0) == ()  # 3x and 2x: not twice apart
+    assert pair({"best", "a", "latest"}, 1.0) == ()  # one elite left: no pair
 
 
 def test_a_config_with_no_way_to_pick_is_refused():

@@ -75,9 +75,16 @@ def _correct(db: Database, sha: str, cand_ms: float, ref_ms: float, *, device_na
                       created_at=T0 + timedelta(minutes=minutes))  # fmt: skip
 
 
+def call(db: Database, problem: str, sha: str | None, turn: int, parent: int | None = None, **fields) -> int:
+    """A stored LLM call whose answer is solution sha, as the agent stores them."""
+    return db.add_generation(problem=problem, solution_sha256=sha, request_hash=f"{problem}-{turn}-{sha}",
+                             provider="openai", model="gpt-4o", prompt=[], response="", turn=turn,
+                             prompt_kind="refine" if parent else "draft", parent_generation_id=parent, **fields)
+
+
 def fill(db: Database) -> dict[str, str]:
-    """relu: a seed that fails to compile, refined into a 2.5x kernel; softmax: a wrong and a 1.3x one;
-    matmul: 0.8x on the H100 and 1.1x on the CPU at the small size."""
+    """relu: a seed that fails to compile, refined into a 2.5x kernel (two LLM calls); softmax: a wrong and a 1.3x
+    one; matmul: 0.8x on the H100 and 1.1x on the CPU at the small size."""
     for problem in ("relu", "softmax", "matmul"):
         p = resolve_problem(problem)
         db.upsert_problem(p.name, p.meta.level, str(p.path), p.sha256)
@@ -98,6 +105,7 @@ def fill(db: Database) -> dict[str, str]:
     _correct(db, s["online"], 4.0, 5.2, minutes=3)
     _correct(db, s["tiled"], 10.0, 8.0, minutes=4)
     _correct(db, s["tiled"], 2.0, 2.2, device_name="cpu", size="small", minutes=5)
+    call(db, "relu", s["repair"], 1, call(db, "relu", s["seed"], 0))
     return s
 
 
@@ -136,7 +144,9 @@ def test_every_candidate_has_a_page_and_links_resolve(filled, report: Path) -> N
     db, s = filled
     pages = sorted((report.parent / "candidates").glob("*.html"))
     assert [p.relative_to(report.parent).as_posix() for p in pages] == sorted(page_of(sha) for sha in s.values())
-    for page in [report, *pages]:
+    lineages = sorted((report.parent / "lineage").glob("*.html"))
+    assert [p.name for p in lineages] == ["relu.html"]  # the one problem with LLM calls
+    for page in [report, *pages, *lineages]:
         text = page.read_text()
         assert not EXTERNAL.search(text) and "http://" not in text and "https://" not in text, page
         for href in _hrefs(page):
@@ -302,7 +312,7 @@ def chromium_console(exe: str, page: Path, tmp_path: Path) -> tuple[str, list[st
 
 
 def test_report_loads_in_chromium_without_console_errors(chromium: str, filled, report: Path, tmp_path: Path) -> None:
-    for page in (report, report.parent / page_of(filled[1]["seed"])):
+    for page in (report, report.parent / page_of(filled[1]["seed"]), report.parent / "lineage/relu.html"):
         dom, console = chromium_console(chromium, page, tmp_path)
         assert console == [], console
         assert 'data-ready="1"' in dom  # the inline script ran to its end
