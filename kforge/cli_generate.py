@@ -18,11 +18,13 @@ from evaluator import EvalSettings, EvaluatorError
 from kforge import tables
 from pipeline import runs
 from pipeline.archive import ArchiveConfig
+from pipeline.bandit import BanditConfig
 from pipeline.budget import Budget, Meter
 from pipeline.ledger import LedgerError, PriceTable
 from pipeline.llm import LLMError, LLMSettings, OpenAIChat, Provider
 from pipeline.loop import DEFAULT_OUT, Candidate, Loop, RunConfig, RunResult
 from pipeline.replay import ReplayProvider
+from pipeline.retrieval import RetrievalConfig
 from kforge.app import UserError, eval_settings, open_db
 from reference_problems import Problem, ProblemError, resolve_problem
 
@@ -32,7 +34,7 @@ err = Console(stderr=True)
 
 def candidate_line(c: Candidate, run_id: int | None = None) -> dict:
     v = c.verdict
-    return {"run_id": run_id, "problem": c.problem, "turn": c.turn, "sample": c.sample, "island": c.island,
+    return {"run_id": run_id, "problem": c.problem, "turn": c.turn, "sample": c.sample, "model": c.model, "island": c.island,
             "status": c.status, "duplicate_of": c.duplicate_of,
             "speedup": v.speedup if v else None, "solution_sha256": v.solution_sha256 if v else None,
             "path": str(c.path) if c.path else None, "parent_sha256": c.parent_sha256,
@@ -63,7 +65,8 @@ def generate(
     problem: Annotated[Optional[str], typer.Option("--problem", "-p", help="registered name or path; several comma-separated")] = None,
     samples: Annotated[int, typer.Option("--samples", "-n", min=1, help="candidates drawn per turn")] = 1,
     turns: Annotated[int, typer.Option("--turns", "-t", min=1, help="rounds: 1 = sample only, 2 = sample then refine once, ...")] = 1,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="model name (default $KFORGE_LLM_MODEL)")] = None,
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", metavar="MODEL", help="model name (default $KFORGE_LLM_MODEL); repeat it for several models, chosen per request by value")] = None,
+    temperatures: Annotated[Optional[str], typer.Option("--temperatures", metavar="T,T", help="comma-separated: each model is asked at each, chosen per request by value")] = None,
     base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible server (default $KFORGE_LLM_BASE_URL)")] = None,
     replay: Annotated[Optional[Path], typer.Option("--replay", help="serve recorded transcripts from this directory instead of an LLM")] = None,
     device: Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")] = None,
@@ -80,9 +83,11 @@ def generate(
     resume: Annotated[Optional[int], typer.Option("--resume", help="continue run ID with its stored settings (budget options given replace its budget)")] = None,
     islands: Annotated[int, typer.Option("--islands", min=0, help="program archive with this many islands (0: refine the best)")] = 0,
     migration_interval: Annotated[int, typer.Option("--migration-interval", min=1, help="turns between migrations of each island's best")] = 2,
-    seed: Annotated[int, typer.Option("--seed", help="seed of the archive's parent draws")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="seed of the archive's parent draws and the choice of model")] = 0,
     inspirations: Annotated[int, typer.Option("--inspirations", min=0, help="other archive kernels shown in a refine prompt")] = 0,
     crossover: Annotated[float, typer.Option("--crossover", min=0, max=1, help="probability that a parent is combined with another")] = 0.0,
+    contrast: Annotated[float, typer.Option("--contrast", min=0, help="with --islands: also show a slower and a faster archive kernel at least this many times apart (0: none)")] = 0.0,
+    related_kernels: Annotated[int, typer.Option("--related", min=0, help="verified kernels of similar problems shown in a problem's first prompts")] = 0,
 ) -> None:
     """Ask an LLM for kernels, judge them, feed back what failed, and refine the best."""
 
@@ -91,11 +96,15 @@ def generate(
         if resume is not None and problem:
             raise UserError("--resume runs the stored run's problems and settings: drop --problem (only budget options may change)")
         if resume is None:  # bad input is reported before a database file is made
-            archive = ArchiveConfig(islands=islands, migration_interval=migration_interval, seed=seed,
-                                    inspirations=inspirations, crossover=crossover) if islands else None
+            archive = _archive(islands, migration_interval=migration_interval, seed=seed, inspirations=inspirations,
+                               crossover=crossover, contrast=contrast)
             config = RunConfig(samples=samples, turns=turns, concurrency=concurrency, out_dir=out_dir,
-                               budget=budget or Budget(), archive=archive)
-            spec = runs.RunSpec(problems=_names(problem), model=model, base_url=base_url,
+                               budget=budget or Budget(), archive=archive,
+                               retrieval=RetrievalConfig(k=related_kernels) if related_kernels else None,
+                               bandit=BanditConfig(temperatures=_temperatures(temperatures), seed=seed))
+            models = list(dict.fromkeys(model or []))
+            spec = runs.RunSpec(problems=_names(problem), model=models[0] if models else None, models=models[1:],
+                                base_url=base_url,
                                 replay=str(replay) if replay else None, device=device or "", size=size, config=config)
             problems, provider, llm, settings = _prepare(spec, prices)
             database = open_db(db_url)
@@ -130,6 +139,22 @@ def _names(problem: str | None) -> list[str]:
     return names
 
 
+def _temperatures(given: str | None) -> list[float]:
+    try:
+        return [float(t) for t in (given or "").split(",") if t.strip()]
+    except ValueError:
+        raise UserError(f"--temperatures: expected comma-separated numbers, got {given!r}") from None
+
+
+def _archive(islands: int, **options: float) -> ArchiveConfig | None:
+    if not islands:
+        return None
+    try:
+        return ArchiveConfig(islands=islands, **options)
+    except ValidationError as exc:
+        raise UserError(f"archive: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+
+
 def _budget(tokens: int | None, usd: float | None, seconds: float | None, candidates: int | None) -> Budget | None:
     """The budget options given, or None when none is (a resumed run then keeps its own)."""
     given = {"max_tokens": tokens, "max_cost_usd": usd, "max_wall_s": seconds, "max_candidates": candidates}
@@ -141,15 +166,20 @@ def _budget(tokens: int | None, usd: float | None, seconds: float | None, candid
         raise UserError(f"budget: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}") from None
 
 
-def _prepare(spec: runs.RunSpec, prices: Path | None) -> tuple[list[Problem], Provider, LLMSettings, EvalSettings]:
-    """The spec's problems, provider, LLM settings and evaluation settings, each checked (one-line errors)."""
+def _prepare(spec: runs.RunSpec, prices: Path | None) -> tuple[list[Problem], list[Provider], LLMSettings, EvalSettings]:
+    """The spec's problems, providers (one per model), LLM settings and evaluation settings, each checked (one-line
+    errors)."""
     problems = [resolve_problem(name) for name in spec.problems]
     llm = _llm_settings(spec, prices)
     settings = eval_settings(spec.device or None, spec.size)
-    if spec.config.budget.max_cost_usd is not None and not spec.replay and llm.model not in llm.prices.root:
-        raise UserError(f"--budget-usd needs a price for model {llm.model!r}: pass --prices or set KFORGE_LLM_PRICES")
-    provider = ReplayProvider(Path(spec.replay), model=spec.model or "replay") if spec.replay else OpenAIChat(llm)
-    return problems, provider, llm, settings
+    if spec.replay:
+        models = [spec.model or "replay", *spec.models]
+        return problems, [ReplayProvider(Path(spec.replay), model=m) for m in models], llm, settings
+    models = [llm.model, *spec.models]
+    unpriced = [m for m in models if m not in llm.prices.root]
+    if spec.config.budget.max_cost_usd is not None and unpriced:
+        raise UserError(f"--budget-usd needs a price for model {unpriced[0]!r}: pass --prices or set KFORGE_LLM_PRICES")
+    return problems, [OpenAIChat(llm.model_copy(update={"model": m})) for m in models], llm, settings
 
 
 def _llm_settings(spec: runs.RunSpec, prices: Path | None) -> LLMSettings:
@@ -160,7 +190,7 @@ def _llm_settings(spec: runs.RunSpec, prices: Path | None) -> LLMSettings:
     return llm.model_copy(update={"prices": PriceTable.load(prices)}) if prices else llm
 
 
-def run_all(provider: Provider, database: Database, settings: EvalSettings, config: RunConfig,
+def run_all(provider: Provider | list[Provider], database: Database, settings: EvalSettings, config: RunConfig,
             problems: list[Problem], json_out: bool, run_id: int | None = None,
             meter: Meter | None = None) -> list[RunResult]:
     """Progress counts LLM answers and verdicts; --json prints each candidate as it is judged. However the run

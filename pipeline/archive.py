@@ -35,12 +35,14 @@ class ArchiveConfig(BaseModel):
     seed: int = 0
     crossover: float = Field(0.0, ge=0, le=1)  # probability that a pick gets a partner to combine with
     inspirations: int = Field(0, ge=0)  # other elites shown in a refine prompt
-    contrast: float = Field(0.0, ge=0)  # >1: a refine prompt shows a slower and a faster elite this far apart
+    contrast: float = Field(0.0, ge=0)  # R > 1: a refine prompt also shows two elites at least R times apart
 
     @model_validator(mode="after")
     def _some_weight(self) -> ArchiveConfig:
         if self.exploit + self.explore + self.history <= 0:
             raise ValueError("exploit, explore and history weights are all 0: no way to pick a parent")
+        if 0 < self.contrast <= 1:
+            raise ValueError(f"contrast {self.contrast:g}: a pair must be more than 1x apart (0: no pair)")
         return self
 
 

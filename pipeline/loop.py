@@ -1,7 +1,9 @@
 """The agent loop: sample N candidates, judge them, feed back what failed, refine a parent, store everything.
 Parents are the problem's best (or latest failure), or, with an archive, drawn per sample from its island
-(pipeline/archive.py). Every paid call goes through the run's budget meter (pipeline/budget.py); a resumed run
-takes back the answers it already paid for by (problem, turn, sample)."""
+(pipeline/archive.py). With several models or temperatures, a bandit picks who answers each sample
+(pipeline/bandit.py).
+Every paid call goes through the run's budget meter (pipeline/budget.py); a resumed run takes back the answers it
+already paid for by (problem, turn, sample)."""
 
 from __future__ import annotations
 
@@ -13,19 +15,21 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, Field
 
-from db import Database, EvaluationRow
+from db import Database
 from evaluator import CandidateJob, EvalSettings, Evidence, Status, Verdict
 from evaluator.hardware import device_name
 from judging.record import record_solution, record_verdict, register_problem
 from judging.reuse import NOT_REUSED, evaluate_and_record, split_stored, verdict_from_row
 from pipeline import cache
 from pipeline.archive import Archive, ArchiveConfig, Pick, island_of
+from pipeline.bandit import Bandit, BanditConfig, improvement
 from pipeline.budget import Budget, BudgetExhausted, Meter
 from pipeline.dedupe import normalized_sha256
 from pipeline.extract import VERDICT_STATUS, Extraction, extract
 from pipeline.llm import LLMError, LLMRequest, LLMResponse, Provider, Usage
-from pipeline.features import technique
-from prompts import Program, Turn, chat_messages, crossover_messages
+from pipeline.parents import Parent, Slot, parent_of, program_of, select_parent
+from pipeline.retrieval import RetrievalConfig, related
+from prompts import Turn, chat_messages, crossover_messages
 from reference_problems import Problem
 
 DEFAULT_OUT = Path.home() / ".kforge" / "generations"
@@ -41,32 +45,8 @@ class RunConfig(BaseModel):
     max_tokens: int | None = None
     budget: Budget = Field(default_factory=Budget)
     archive: ArchiveConfig | None = None  # None: every sample of a turn refines the problem's best or latest failure
-
-
-class Parent(BaseModel):
-    """A stored candidate to refine: its code, its latest verdict here, and the call that wrote it."""
-
-    sha256: str
-    source: str
-    verdict: Verdict
-    generation_id: int | None = None
-
-
-class Slot(BaseModel):
-    """One sample of a turn: the island it works on (with an archive), the parent it refines, and with an archive
-    the partner to combine it with (a crossover) or the other kernels shown beside it."""
-
-    sample: int
-    island: int | None = None
-    parent: Parent | None = None
-    mode: str | None = None  # how the archive picked the parent: exploit, explore or history
-    partner: Parent | None = None
-    inspirations: list[Program] = Field(default_factory=list)
-
-    @property
-    def kind(self) -> str:
-        """The prompt this slot asks with, as stored on its generation."""
-        return "crossover" if self.partner else "refine" if self.parent else "draft"
+    retrieval: RetrievalConfig | None = None  # None: a problem's first prompts show no kernels of other problems
+    bandit: BanditConfig = Field(default_factory=BanditConfig)  # how several models or temperatures share requests
 
 
 class Candidate(BaseModel):
@@ -75,6 +55,8 @@ class Candidate(BaseModel):
     sample: int
     generation_id: int
     cached: bool
+    model: str
+    arm: int = 0
     usage: Usage
     cost_usd: float | None = None
     extraction: Extraction
@@ -119,30 +101,6 @@ def write_candidate(out_dir: Path, problem: str, code: str) -> Path:
     return path
 
 
-def select_parent(database: Database, problem: Problem, settings: EvalSettings) -> Parent | None:
-    """Refine the fastest correct candidate judged on this device and size; if none is correct, the latest failure."""
-    rows = [r for r in database.evaluations(problem.name)
-            if r.device == settings.device and r.size == settings.size and r.status != Status.SKIPPED.value]
-    correct = [r for r in rows if r.status == Status.CORRECT.value]
-    chosen = max(correct, key=lambda r: r.speedup or 0.0, default=None) or (rows[0] if rows else None)
-    return None if chosen is None else parent_of(database, problem, chosen)
-
-
-def parent_of(database: Database, problem: Problem, row: EvaluationRow) -> Parent:
-    """A stored evaluation as a parent: its code, its verdict, and the call that wrote it (if one did)."""
-    solution = database.get_solution(row.solution_sha256)
-    generation = next((g.id for g in database.generations(problem.name) if g.solution_sha256 == row.solution_sha256), None)
-    return Parent(sha256=row.solution_sha256, source=solution.source, verdict=verdict_from_row(row),
-                  generation_id=generation)
-
-
-def program_of(parent: Parent) -> Program:
-    """A correct stored kernel as the prompts show it: code, speedup, median time, technique."""
-    v = parent.verdict
-    return Program(source=parent.source, speedup=v.speedup or 0.0, median_ms=v.candidate.median_ms if v.candidate else None,
-                   technique=technique(parent.source))
-
-
 def static_verdict(extraction: Extraction, path: Path, problem: Problem, settings: EvalSettings) -> Verdict:
     """Cut-off or malformed answers get their verdict here: nothing is compiled for them."""
     return Verdict(status=VERDICT_STATUS[extraction.status], problem=problem.name,
@@ -155,9 +113,12 @@ class Loop:
     """One run against one problem at a time: every call, candidate and verdict goes to the db as it happens. With
     run_id, calls are recorded as the run's and a resumed run takes back the answers it already paid for."""
 
-    def __init__(self, provider: Provider, database: Database, settings: EvalSettings, config: RunConfig,
-                 events: Events | None = None, run_id: int | None = None, meter: Meter | None = None) -> None:
-        self.provider, self.database, self.settings, self.config = provider, database, settings, config
+    def __init__(self, provider: Provider | list[Provider], database: Database, settings: EvalSettings,
+                 config: RunConfig, events: Events | None = None, run_id: int | None = None,
+                 meter: Meter | None = None) -> None:
+        self.database, self.settings, self.config = database, settings, config
+        providers = provider if isinstance(provider, list) else [provider]
+        self.bandit = Bandit.over(providers, config.temperature, config.bandit)
         self.events = events or (lambda kind, candidate: None)
         self.run_id = run_id
         self.meter = meter or Meter(config.budget)
@@ -177,6 +138,7 @@ class Loop:
             drawn, errors, result.stopped = self._sample(problem, turn, slots)
             result.errors += errors
             result.candidates += self._judge(problem, drawn)
+            self._credit(drawn)
             if archive is not None:
                 result.migrations += self._grow(archive, drawn, turn)
             if result.stopped or not drawn:
@@ -190,12 +152,14 @@ class Loop:
                        self.settings.size)
 
     def _slots(self, problem: Problem, turn: int, archive: Archive | None) -> list[Slot]:
-        """Who refines what this turn: nothing on turn 0; then the classic parent, or each island's pick (the
-        classic parent while an island is empty)."""
+        """Who refines what this turn: nothing on turn 0 (shown kernels of similar problems, with retrieval); then
+        the classic parent, or each island's pick (the classic parent while an island is empty)."""
         samples = range(self.config.samples)
         islands = {i: island_of(self.config.archive, i) if archive else None for i in samples}
         if turn == 0:
-            return [Slot(sample=i, island=islands[i]) for i in samples]
+            shown = related(self.database, problem, device_name(self.settings.device), self.settings.size,
+                            self.config.retrieval) if self.config.retrieval else []
+            return [Slot(sample=i, island=islands[i], related=shown) for i in samples]
         classic = select_parent(self.database, problem, self.settings)
         slots = []
         for i in samples:
@@ -205,7 +169,8 @@ class Loop:
         return slots
 
     def _from_archive(self, problem: Problem, archive: Archive, chosen: Pick, slot: Slot) -> Slot:
-        """The slot's parent as the archive picked it, with its partner (crossover) or the inspirations to show."""
+        """The slot's parent as the archive picked it, with its partner (crossover) or the inspirations and the
+        contrastive pair to show."""
         def parent(sha256: str) -> Parent:
             return parent_of(self.database, problem, self.database.find_evaluation(sha256, *archive.key[1:]))
 
@@ -214,13 +179,17 @@ class Loop:
             slot.partner = parent(chosen.partner.solution_sha256)
         else:
             slot.inspirations = [program_of(parent(m.solution_sha256)) for m in archive.inspirations({slot.parent.sha256})]
+            slot.contrast = [program_of(parent(m.solution_sha256)) for m in archive.contrast({slot.parent.sha256}) or ()]
         return slot
 
     def _sample(self, problem: Problem, turn: int, slots: list[Slot]) -> tuple[list[Candidate], list[str], str | None]:
         """One draw per slot, concurrently; a failed call costs that sample only, a refused one (budget) ends the run
         after this turn's answers are judged."""
+        for slot, arm in zip(slots, self.bandit.assign(problem.name, turn, [slot.sample for slot in slots])):
+            slot.arm = arm
         requests = [LLMRequest(problem=problem.name, messages=self._messages(problem, slot), sample=slot.sample,
-                               turn=turn, temperature=self.config.temperature, max_tokens=self.config.max_tokens)
+                               turn=turn, temperature=self.bandit.arms[slot.arm].temperature,
+                               max_tokens=self.config.max_tokens)
                     for slot in slots]
         drawn, errors, stopped = [], [], None
         with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(requests))) as pool:
@@ -236,12 +205,13 @@ class Loop:
 
     def _messages(self, problem: Problem, slot: Slot) -> list[dict]:
         where = {"target": self.settings.device, "size": self.settings.size}
-        shown_on = slot.parent.verdict.device_name if slot.parent else ""
+        shown_on = slot.parent.verdict.device_name if slot.parent else device_name(self.settings.device)
         if slot.partner:
             return crossover_messages(problem, program_of(slot.parent), program_of(slot.partner), device_name=shown_on,
                                       **where)
         history = [Turn(source=slot.parent.source, verdict=slot.parent.verdict)] if slot.parent else []
-        return chat_messages(problem, history, inspirations=slot.inspirations, device_name=shown_on, **where)
+        return chat_messages(problem, history, inspirations=slot.inspirations, device_name=shown_on,
+                             related=slot.related, contrast=tuple(slot.contrast) or None, **where)
 
     def _answer(self, request: LLMRequest, slot: Slot) -> tuple[LLMResponse, int | None, str | None]:
         """(response, stored generation id or None when it is new, the parent it was written for): this run's own
@@ -252,12 +222,12 @@ class Loop:
                 parent = mine.parent_generation_id and self.database.get_generation(mine.parent_generation_id)
                 return cache.cached_response(mine), mine.id, parent.solution_sha256 if parent else None
         parent_sha = slot.parent.sha256 if slot.parent else None
-        key = cache.request_hash(self.provider.name, self.provider.model, request)
-        if hit := cache.lookup(self.database, key):
+        provider = self.bandit.arms[slot.arm].provider
+        if hit := cache.lookup(self.database, cache.request_hash(provider.name, provider.model, request)):
             return hit[0], hit[1], parent_sha
         self.meter.admit()
         try:
-            response = self.provider.complete(request)
+            response = provider.complete(request)
         except BaseException:
             self.meter.cancel()
             raise
@@ -267,9 +237,10 @@ class Loop:
     def _draw(self, problem: Problem, request: LLMRequest, slot: Slot) -> Candidate:
         response, generation_id, parent_sha = self._answer(request, slot)
         extraction = extract(response.text, response.finish_reason)
+        provider = self.bandit.arms[slot.arm].provider
         if generation_id is None:
-            key = cache.request_hash(self.provider.name, self.provider.model, request)
-            generation_id = cache.store(self.database, key, self.provider, request, response, extraction.status.value,
+            key = cache.request_hash(provider.name, provider.model, request)
+            generation_id = cache.store(self.database, key, provider, request, response, extraction.status.value,
                                         slot.parent.generation_id if slot.parent else None, run_id=self.run_id,
                                         island=slot.island, prompt_kind=slot.kind)
             cached = False
@@ -277,8 +248,9 @@ class Loop:
             cached = True
         path = write_candidate(self.config.out_dir, problem.name, extraction.code) if extraction.code is not None else None
         candidate = Candidate(problem=problem.name, turn=request.turn, sample=request.sample, generation_id=generation_id,
-                              cached=cached, usage=response.usage, cost_usd=response.cost_usd, extraction=extraction,
-                              path=path, parent_sha256=parent_sha, island=slot.island)
+                              cached=cached, model=provider.model, arm=slot.arm, usage=response.usage,
+                              cost_usd=response.cost_usd, extraction=extraction, path=path, parent_sha256=parent_sha,
+                              island=slot.island)
         self.events("answered", candidate)
         return candidate
 
@@ -339,10 +311,21 @@ class Loop:
             return []
         return archive.migrate()
 
+    def _credit(self, drawn: list[Candidate]) -> None:
+        """Tell the bandit what each answer earned (a correct one: its speedup over its parent's) and cost."""
+        if not self.bandit.learning:
+            return
+        for c in drawn:
+            v = c.verdict
+            correct = v is not None and v.status is Status.CORRECT
+            row = correct and c.parent_sha256 and self.database.find_evaluation(c.parent_sha256, v.device_name, v.size)
+            parent = row.speedup if row and row.status == Status.CORRECT.value else None
+            self.bandit.tell(c.arm, c.usage, c.cost_usd, improvement(v.speedup if correct else None, parent))
+
     def _store(self, job: CandidateJob, c: Candidate) -> None:
         """The candidate's code as a solution; code already stored (the parent itself, an earlier answer) is no child
         of this parent, or lineage could loop."""
         parent_sha = c.parent_sha256 if self.database.get_solution(job.sha256) is None else None
-        record_solution(self.database, job, origin="repair" if c.turn else "generated", model=self.provider.model,
+        record_solution(self.database, job, origin="repair" if c.turn else "generated", model=c.model,
                         parent_sha256=parent_sha, normalized_sha256=normalized_sha256(job.text))
         self.database.set_generation_solution(c.generation_id, job.sha256)

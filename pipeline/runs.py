@@ -3,7 +3,7 @@ and its spend so far (the meter of a resumed run starts there)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from db import Database
 from pipeline.budget import Budget, Meter, Spend
@@ -19,6 +19,7 @@ class RunSpec(BaseModel):
 
     problems: list[str]
     model: str | None = None
+    models: list[str] = Field(default_factory=list)  # more beside model: a bandit picks per request
     base_url: str | None = None
     replay: str | None = None
     device: str

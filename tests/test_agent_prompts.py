@@ -13,6 +13,7 @@ from fake_llm_server import FakeLLMServer, Reply
 from pipeline.archive import ArchiveConfig
 from pipeline.llm import LLMSettings, OpenAIChat
 from pipeline.loop import Loop, RunConfig
+from pipeline.retrieval import RetrievalConfig
 from prompts import Program, chat_messages, crossover_messages
 from prompts.render import render_inspirations
 from reference_problems import resolve_problem
@@ -65,16 +66,21 @@ def test_inspirations_and_crossover_render_each_program_with_its_numbers():
     assert text.endswith("say in two or three sentences what makes the faster kernel faster; then use that lesson in yours.")
 
 
-def run_turn_two(database, tmp_path, **archive) -> list[dict]:
-    """Two turns of two samples (drafts cut off, so turn 1's parents come from the archive); the turn-1 requests."""
+def run_cut_off(database, tmp_path, problem: str, turns: int, **config) -> list[dict]:
+    """Two samples a turn, every answer cut off (nothing is compiled); the requests the server got, in order."""
     cut = Reply(content="```python\nimport torch\nsrc = r\"\"\"\n", finish_reason="length")
     settings = EvalSettings(device="cpu", size="small", build_root=tmp_path / "builds")
     with FakeLLMServer([cut]) as server:
         provider = OpenAIChat(LLMSettings(base_url=server.url, model="fake-coder", api_key="k"))
-        config = RunConfig(samples=2, turns=2, concurrency=1, out_dir=tmp_path / "out",  # requests in sample order
-                           archive=ArchiveConfig(islands=2, exploit=1, explore=0, history=0, **archive))
-        Loop(provider, database, settings, config).run(resolve_problem("relu"))
-    return server.requests[2:]
+        config = RunConfig(samples=2, turns=turns, concurrency=1, out_dir=tmp_path / "out", **config)  # sample order
+        Loop(provider, database, settings, config).run(resolve_problem(problem))
+    return server.requests
+
+
+def run_turn_two(database, tmp_path, **archive) -> list[dict]:
+    """Two turns (turn 1's parents come from the archive, the drafts being cut off); the turn-1 requests."""
+    archive = ArchiveConfig(islands=2, exploit=1, explore=0, history=0, **archive)
+    return run_cut_off(database, tmp_path, "relu", 2, archive=archive)[2:]
 
 
 def test_refine_prompts_show_the_other_elites_with_their_numbers(database, tmp_path):
@@ -99,3 +105,33 @@ def test_crossover_prompts_combine_two_elites_of_an_island(database, tmp_path):
     assert "Kernel A" not in island1["messages"][-1]["content"]  # island 1 holds one kernel: nothing to combine
     kinds = {(g.turn, g.sample): g.prompt_kind for g in database.generations("relu")}
     assert (kinds[(1, 0)], kinds[(1, 1)]) == ("crossover", "refine")
+
+
+def test_contrast_prompts_show_a_slower_and_a_faster_elite_beside_the_parent(database, tmp_path):
+    island0, island1 = run_turn_two(database, tmp_path, contrast=1.3)
+    feedback = island0["messages"][-1]["content"]  # parent a (3x): the pair is b (1.5x) and c (2x)
+    assert island0["messages"][-2]["content"] == f"```python\n{KERNELS[A][1].rstrip()}\n```"
+    assert f"Slower kernel: speedup 1.5x, median 0.5 ms, technique parallel.\n```python\n{KERNELS[B][1].rstrip()}" in feedback
+    assert f"Faster kernel: speedup 2x, median 0.375 ms, technique vectorized.\n```python\n{KERNELS[C][1].rstrip()}" in feedback
+    assert "one is 1.33x as fast as the other" in feedback
+    assert "Faster kernel: speedup 3x" in island1["messages"][-1]["content"]  # parent c: the pair is b and a
+    kinds = {(g.turn, g.sample): g.prompt_kind for g in database.generations("relu")}
+    assert (kinds[(1, 0)], kinds[(1, 1)]) == ("contrast", "contrast")
+
+
+def test_a_new_problems_drafts_show_the_verified_kernel_of_the_nearest_problem(database, tmp_path):
+    """relu's 3x kernel (on this machine's CPU, small size) is offered to gemm_bias_relu at a low threshold only;
+    a matmul kernel stored beside it shares the GEMM and is offered first."""
+    where = device_name("cpu")
+    database.upsert_problem("matmul", 1, str(resolve_problem("matmul").path), "h")
+    database.upsert_solution("d" * 64, "matmul", "# tiled matmul\nclass ModelNew: pass\n", origin="generated")
+    database.add_evaluation("d" * 64, status="correct", device="cpu", device_name=where, size="small", speedup=1.25,
+                            candidate_ms=0.8, reference_ms=1.0, timings={"candidate": stats(0.8)})
+    first, second = run_cut_off(database, tmp_path, "gemm_bias_relu", 1, retrieval=RetrievalConfig(k=2, min_similarity=0.1))
+    text = first["messages"][-1]["content"]
+    assert f"measured on {where}" in text and second["messages"] == first["messages"]
+    assert text.index("Problem matmul (operators matmul; similarity 0.67): speedup 1.25x, median 0.8 ms") < \
+        text.index(f"Problem relu (operators relu; similarity 0.17): speedup 3x, median 0.25 ms, technique shared_memory.")
+    assert {g.prompt_kind for g in database.generations("gemm_bias_relu")} == {"related"}
+    (plain, _) = run_cut_off(database, tmp_path / "again", "gemm_bias_relu", 1, retrieval=RetrievalConfig())
+    assert "Problem matmul" in plain["messages"][-1]["content"] and "Problem relu" not in plain["messages"][-1]["content"]

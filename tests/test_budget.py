@@ -131,6 +131,7 @@ def test_wall_budget_lets_no_call_start_after_it(kforge):
     (["--resume", "7"], "no run 7 in"),
     (["--resume", "1", "--problem", "relu"], "--resume runs the stored run's problems"),
     (["--problem", "relu", "--budget-usd", "1", "--prices", "/nonexistent.json"], "price file /nonexistent.json"),
+    (["--problem", "relu", "--islands", "2", "--contrast", "0.5"], "contrast 0.5: a pair must be more than 1x apart"),
 ])
 def test_budget_and_resume_errors_are_one_line(tmp_path, args, message):
     app = typer.Typer()
