@@ -140,3 +140,22 @@ def running(marker: str) -> list[str]:
         except OSError:
             continue
     return found
+
+
+@pytest.fixture
+def database(tmp_path):
+    """An empty SQLite kforge db in the test's folder (modules that need one filled define their own)."""
+    from db import Database
+
+    with Database(f"sqlite:///{tmp_path / 'kforge.db'}") as db:
+        yield db
+
+
+@pytest.fixture
+def settings(tmp_path):
+    """CPU, small sizes, few trials and short timing: an agent-loop test judges many candidates."""
+    from evaluator import EvalSettings
+    from evaluator.contracts import Limits
+
+    return EvalSettings(device="cpu", size="small", trials=2, leak_calls=2, warmup_ms=10, rep_ms=50, min_reps=3,
+                        max_reps=50, build_root=tmp_path / "builds", jobs=1, limits=Limits(timeout_s=600))

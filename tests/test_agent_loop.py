@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from db import Database
-from evaluator import EvalSettings, Limits
+from evaluator import EvalSettings
 from fake_llm_server import FIXED_RELU, FakeLLMServer, Reply, answer
 from pipeline.archive import ArchiveConfig
 from pipeline.llm import LLMSettings, OpenAIChat
@@ -26,18 +26,6 @@ class ModelNew(nn.Module):
 '''
 PY_ONLY_TWIN = PY_ONLY.replace("    def forward", "    # the same code, reformatted\n\n    def  forward").replace(
     '"""No compiled extension: judged, and caught, without a compile."""', '"""No compiled extension: judged, and caught, without a compile."""  # !')
-
-
-@pytest.fixture
-def database(tmp_path):
-    with Database(f"sqlite:///{tmp_path / 'kforge.db'}") as db:
-        yield db
-
-
-@pytest.fixture
-def settings(tmp_path) -> EvalSettings:
-    return EvalSettings(device="cpu", size="small", trials=2, leak_calls=2, warmup_ms=10, rep_ms=50, min_reps=3,
-                        max_reps=50, build_root=tmp_path / "builds", jobs=1, limits=Limits(timeout_s=600))
 
 
 def loop(server: FakeLLMServer, database: Database, settings: EvalSettings, tmp_path, **config) -> Loop:

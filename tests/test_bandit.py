@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from db import Database
-from evaluator import EvalSettings, Limits
+from evaluator import EvalSettings
 from fake_llm_server import FIXED_RELU, FakeLLMServer, Reply, answer
 from kforge.cli_generate import generate
 from pipeline.bandit import Arm, Bandit, BanditConfig, Tally, choose, improvement, slot_rng, values
@@ -101,18 +101,6 @@ def by_model(body: dict, index: int) -> Reply:
         return Reply(content=answer(FIXED_RELU, f"answer {index}"), prompt_tokens=prompt, completion_tokens=completion)
     return Reply(content=f"```python\nimport torch\n# slow answer {index}\nsrc = r\"\"\"\n", finish_reason="length",
                  prompt_tokens=prompt, completion_tokens=completion)
-
-
-@pytest.fixture
-def database(tmp_path):
-    with Database(f"sqlite:///{tmp_path / 'kforge.db'}") as db:
-        yield db
-
-
-@pytest.fixture
-def settings(tmp_path) -> EvalSettings:
-    return EvalSettings(device="cpu", size="small", trials=2, leak_calls=2, warmup_ms=10, rep_ms=50, min_reps=3,
-                        max_reps=50, build_root=tmp_path / "builds", jobs=1, limits=Limits(timeout_s=600))
 
 
 SAMPLES, TURNS = 4, 5

@@ -10,8 +10,6 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from db import Database
-from evaluator import EvalSettings, Limits
 from fake_llm_server import COMPILER_ERROR_TEXT, FIXED_RELU, FakeLLMServer, Reply, repair_script
 from kforge.cli_generate import generate
 from pipeline.extract import ExtractionStatus, extract
@@ -29,18 +27,6 @@ REQUEST = LLMRequest(problem="relu", messages=[{"role": "user", "content": "writ
 def no_llm_env(monkeypatch):
     for name in ("KFORGE_LLM_BASE_URL", "KFORGE_LLM_MODEL", "KFORGE_LLM_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def database(tmp_path):
-    with Database(f"sqlite:///{tmp_path / 'kforge.db'}") as db:
-        yield db
-
-
-@pytest.fixture
-def settings(tmp_path) -> EvalSettings:
-    return EvalSettings(device="cpu", size="small", trials=2, leak_calls=2, warmup_ms=10, rep_ms=50, min_reps=3,
-                        max_reps=50, build_root=tmp_path / "builds", jobs=1, limits=Limits(timeout_s=600))
 
 
 def client(server: FakeLLMServer, **kw) -> OpenAIChat:
