@@ -10,7 +10,9 @@ epsilon-greedy bandit sends each request to the arm whose answers improved most 
 - Determinism: each draw is seeded by (seed, problem, turn, sample), and a turn's arms are assigned in sample order
   from what earlier turns taught (the answers assigned earlier in the same turn count as tried). The tallies live in
   memory: a resumed run replays its stored answers and stored verdicts turn by turn and tells the bandit each, so
-  it rebuilds the same tallies and asks the same arm for the same slot.
+  it rebuilds the same tallies and asks the same arm for the same slot. A failed call counts as an answer that
+  earned nothing and cost nothing, so an arm whose server is down stops getting requests after its warm-up; the
+  failure is not stored, so a resumed session asks that slot again and may draw differently from there on.
 One arm (one model, one temperature) draws nothing: the run is what it was without a bandit."""
 
 from __future__ import annotations

@@ -194,11 +194,12 @@ class Loop:
         drawn, errors, stopped = [], [], None
         with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(requests))) as pool:
             futures = [pool.submit(self._draw, problem, request, slot) for request, slot in zip(requests, slots)]
-            for request, future in zip(requests, futures):
+            for request, future, slot in zip(requests, futures, slots):
                 try:
                     drawn.append(future.result())
                 except LLMError as exc:
                     errors.append(f"turn {turn} sample {request.sample}: {exc}")
+                    self.bandit.tell(slot.arm, Usage(), 0.0, 0.0)  # an arm whose server fails earns nothing
                 except BudgetExhausted as exc:
                     stopped = stopped or str(exc)
         return drawn, errors, stopped

@@ -179,3 +179,19 @@ def test_cli_takes_several_models_and_temperatures_and_resume_keeps_them(tmp_pat
         assert db.get_run(run_id).settings["models"] == ["b"]
     assert len(gens) == 8 and all(f"# {g.model} at " in g.response for g in gens.values())
     assert all(ln["model"] == gens[ln["generation_id"]].model for ln in lines)
+
+
+def test_a_model_whose_server_fails_counts_answers_that_earned_nothing(tmp_path, database, settings):
+    """Without this, a failing arm would stay 'untried' and be asked first in every turn's warm-up."""
+    def down_or_cut(body: dict, index: int) -> Reply:
+        return Reply(status=500, content="down") if body["model"] == "down" else echo(body, index)
+
+    with FakeLLMServer(down_or_cut) as server:
+        llm = LLMSettings(base_url=server.url, api_key="k", max_retries=0)
+        providers = [OpenAIChat(llm.model_copy(update={"model": m})) for m in ("down", "up")]
+        loop = Loop(providers, database, settings, RunConfig(samples=2, turns=2, out_dir=tmp_path / "out"))
+        result = loop.run(resolve_problem("relu"))
+    failed = [body["model"] for body in server.requests].count("down")
+    assert failed >= 1 and len(result.errors) == failed and all("HTTP 500" in e for e in result.errors)
+    assert loop.bandit.tallies[0] == Tally(answers=failed)
+    assert loop.bandit.tallies[1].answers == len(result.candidates) == 4 - failed
