@@ -110,6 +110,20 @@ class TimingStats(BaseModel):
     median_ci_high_ms: float | None = None
 
 
+class SpeedOfLight(BaseModel):
+    """The least time the device's peaks allow one call of the problem (evaluator/floor.py): its bytes in and out
+    at peak bandwidth, or its counted FLOPs at the fastest rate a kernel checked against fp32 may use, whichever is
+    longer. A median's fraction of it (ms / median) is how close a kernel is to the hardware, not to PyTorch."""
+
+    ms: float
+    bound: str  # which peak sets it: "bandwidth" or "flop"
+    arithmetic: str  # both bounds worked out
+    hardware: str  # the device's peaks, as the prompts show them
+
+    def fraction(self, median_ms: float) -> float:
+        return self.ms / median_ms
+
+
 class TimingReport(BaseModel):
     """How the times behind a verdict were taken: enough to redo them, or to doubt them."""
 
@@ -124,6 +138,7 @@ class TimingReport(BaseModel):
     speedup_interval: list[float] | None = None  # [low, high], 95 %
     interval: str = ""  # how that interval was found
     floor: str = ""  # the physical floor the median was held to, worked out, or why there was none
+    speed_of_light: SpeedOfLight | None = None  # that floor as numbers (None where there is none)
     cpu_threads: int | None = None
 
 

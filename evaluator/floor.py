@@ -26,7 +26,12 @@ FACTOR = 0.5
 class Floor:
     ms: float
     bound: str  # which limit sets it: "bandwidth" or "flop"
-    arithmetic: str  # both bounds, worked out, for the evidence
+    arithmetic: str  # both bounds, worked out
+    hardware: str  # the peaks it was worked out from
+
+    @property
+    def worked(self) -> str:
+        return f"{self.arithmetic} ({self.hardware})"
 
     @property
     def exploit(self) -> str:
@@ -55,7 +60,7 @@ def floor(flops: int | None, nbytes: int | None, peak: Peak) -> Floor | None:
         return None
     bound = max(bounds, key=lambda k: bounds[k][0])
     worked = "; ".join(f"{how} need {ms:.4g} ms" for ms, how in bounds.values())
-    return Floor(bounds[bound][0], bound, f"{worked} ({peak.source})")
+    return Floor(bounds[bound][0], bound, worked, peak.source)
 
 
 def impossible(median_ms: float, found: Floor | None) -> str:
@@ -63,4 +68,4 @@ def impossible(median_ms: float, found: Floor | None) -> str:
     if found is None or median_ms >= FACTOR * found.ms:
         return ""
     return (f"median {median_ms:.4g} ms is below {FACTOR:g} x the {found.bound} floor of {found.ms:.4g} ms: "
-            f"{found.arithmetic}")
+            f"{found.worked}")

@@ -54,8 +54,10 @@ class Peak(NamedTuple):
 # kforge judges results against strict fp32, not how they were computed, and a kernel on tensor cores (TF32 with
 # split-precision repairs, or 16-bit inputs where the tolerance allows) may pass; 8-bit formats (3-bit mantissa)
 # cannot pass fp32 tolerances, and 2:4 sparsity needs structured zeros that random inputs lack.
-PEAKS = {"H200": Peak(4.8e12, 67e12, 989e12, "H200 SXM datasheet: 4.8 TB/s, 989 TFLOP/s dense bf16"),
-         "H100": Peak(3.35e12, 67e12, 989e12, "H100 SXM datasheet: 3.35 TB/s, 989 TFLOP/s dense bf16")}
+PEAKS = {"H200": Peak(4.8e12, 67e12, 989e12, "H200 SXM datasheet: 132 SMs, 4.8 TB/s, 67 TFLOP/s fp32, 989 TFLOP/s "
+                                             "dense bf16"),
+         "H100": Peak(3.35e12, 67e12, 989e12, "H100 SXM datasheet: 132 SMs, 3.35 TB/s, 67 TFLOP/s fp32, 989 TFLOP/s "
+                                              "dense bf16")}
 
 
 def peak(name: str) -> Peak | None:

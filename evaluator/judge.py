@@ -13,7 +13,7 @@ import signal
 from dataclasses import dataclass, field
 
 from evaluator import diagnose
-from evaluator.contracts import EvalSettings, Evidence, Mismatch, Status, TimingReport, TimingStats
+from evaluator.contracts import EvalSettings, Evidence, Mismatch, SpeedOfLight, Status, TimingReport, TimingStats
 from evaluator.floor import FACTOR, Floor, floor, impossible
 from evaluator.hardware import cpu_peak, device_name, peak
 from evaluator.pacing import Paired
@@ -288,7 +288,9 @@ def _report(case: _Case) -> TimingReport | None:
         warmup_ms=settings.warmup_ms, l2_flush=flush_policy(settings.device), fresh_inputs=model["fresh_inputs"],
         checked_calls=sorted(rep for rep in map(timed_rep, probe["outputs"]) if rep is not None),
         speedup_interval=speedup_interval, interval=interval,
-        floor=found if isinstance(found, str) else f"{FACTOR:g} x {found.ms:.4g} ms ({found.bound}): {found.arithmetic}",
+        floor=found if isinstance(found, str) else f"{FACTOR:g} x {found.ms:.4g} ms ({found.bound}): {found.worked}",
+        speed_of_light=None if isinstance(found, str) else SpeedOfLight(
+            ms=found.ms, bound=found.bound, arithmetic=found.arithmetic, hardware=found.hardware),
         cpu_threads=settings.cpu_threads if settings.device == "cpu" else None)
 
 

@@ -46,6 +46,8 @@ class RunConfig(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     archive: ArchiveConfig | None = None  # None: every sample of a turn refines the problem's best or latest failure
     retrieval: RetrievalConfig | None = None  # None: a problem's first prompts show no kernels of other problems
+    sol_stop: float | None = Field(0.9, gt=0, le=1)  # a problem is done once a kernel reaches this fraction of the
+    # speed of light (evaluator.contracts.SpeedOfLight); None: never
     bandit: BanditConfig = Field(default_factory=BanditConfig)  # how several models or temperatures share requests
 
 
@@ -82,6 +84,7 @@ class RunResult(BaseModel):
     candidates: list[Candidate] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
     stopped: str | None = None  # the budget limit that ended the run
+    reached: str | None = None  # why the problem was done before its turns ran out (a kernel near the speed of light)
     migrations: list[tuple[int, int, str]] = Field(default_factory=list)  # (from island, to island, sha256)
 
     def best(self) -> Candidate | None:
@@ -139,9 +142,10 @@ class Loop:
             result.errors += errors
             result.candidates += self._judge(problem, drawn)
             self._credit(drawn)
+            result.reached = self._at_speed_of_light(drawn)
             if archive is not None:
                 result.migrations += self._grow(archive, drawn, turn)
-            if result.stopped or not drawn:
+            if result.stopped or result.reached or not drawn:
                 break
         return result
 
@@ -311,6 +315,15 @@ class Loop:
         if (turn + 1) % archive.config.migration_interval:
             return []
         return archive.migrate()
+
+    def _at_speed_of_light(self, drawn: list[Candidate]) -> str | None:
+        """Why the problem is done: a correct answer of this turn at sol_stop of the speed of light or beyond."""
+        for v in (c.verdict for c in drawn if c.verdict is not None and c.verdict.ok and c.verdict.candidate):
+            sol = v.evidence.timing.speed_of_light if v.evidence.timing else None
+            if self.config.sol_stop and sol and sol.fraction(v.candidate.median_ms) >= self.config.sol_stop:
+                return (f"{v.solution_sha256[:12]} runs at {100 * sol.fraction(v.candidate.median_ms):.0f}% of the "
+                        f"speed of light ({sol.ms:.4g} ms, {sol.bound}-bound)")
+        return None
 
     def _credit(self, drawn: list[Candidate]) -> None:
         """Tell the bandit what each answer earned (a correct one: its speedup over its parent's) and cost."""
