@@ -102,9 +102,9 @@ def _verdicts(evaluations: list[EvaluationRow]) -> dict[str, dict[DeviceSize, Ev
     return dict(found)
 
 
-def _judged_as(solutions: list[SolutionRow], judged: dict) -> dict[str, str | None]:
-    """Per solution, itself if it was evaluated, else the first evaluated one with its normalized code: the rule
-    `kforge export --trace` follows, so the page and the trace agree."""
+def judged_as(solutions: list[SolutionRow], judged: dict) -> dict[str, str | None]:
+    """Per solution, itself if it was evaluated, else the first evaluated one with its normalized code (the loop does
+    not judge a near-duplicate again): the page and `kforge export --trace` both read verdicts through it."""
     twins: dict[tuple[str, str | None], str] = {}
     for s in solutions:
         if s.normalized_sha256 and s.sha256 in judged:
@@ -113,11 +113,11 @@ def _judged_as(solutions: list[SolutionRow], judged: dict) -> dict[str, str | No
             for s in solutions}  # fmt: skip
 
 
-def _lineage(problem: str, gens: list[GenerationRow], judged_as: dict, verdicts: dict) -> Lineage:
+def _lineage(problem: str, gens: list[GenerationRow], twins: dict, verdicts: dict) -> Lineage:
     x = _positions(gens)
     calls = []
     for g, depth in _tree(gens):
-        twin = judged_as.get(g.solution_sha256)
+        twin = twins.get(g.solution_sha256)
         calls.append(Call(g, depth, x[g.id], twin, verdicts.get(twin, {})))
     boards = sorted({b for c in calls for b in c.verdicts}, key=lambda b: (b[1] != "full", b))
     return Lineage(problem, calls, boards)
@@ -127,8 +127,8 @@ def lineages(generations: list[GenerationRow], solutions: list[SolutionRow],
              evaluations: list[EvaluationRow]) -> list[Lineage]:
     """One lineage per problem with stored LLM calls, by problem name."""
     verdicts = _verdicts(evaluations)
-    judged_as = _judged_as(solutions, verdicts)
+    twins = judged_as(solutions, verdicts)
     by_problem: dict[str, list[GenerationRow]] = defaultdict(list)
     for g in generations:
         by_problem[g.problem].append(g)
-    return [_lineage(p, by_problem[p], judged_as, verdicts) for p in sorted(by_problem)]
+    return [_lineage(p, by_problem[p], twins, verdicts) for p in sorted(by_problem)]

@@ -9,6 +9,7 @@ import json
 from typing import IO
 
 from db import Database, EvaluationRow, GenerationRow
+from kforge.lineage import judged_as
 from pipeline.archive import ArchiveConfig
 from pipeline.features import cell_of
 
@@ -26,21 +27,16 @@ def trace_lines(database: Database) -> list[dict]:
     by_id = {g.id: g for g in generations}
     solutions = {s.sha256: s for s in database.solutions()}
     verdicts = _latest(database.evaluations())
-    twins = {}  # normalized hash -> the first evaluated solution with it
-    for sha, s in solutions.items():
-        if s.normalized_sha256 and sha in verdicts:
-            twins.setdefault((s.problem, s.normalized_sha256), sha)
+    judged = judged_as(list(solutions.values()), verdicts)
     edges = {}
-    return [_line(g, by_id, solutions, verdicts, twins, edges, database) for g in generations]
+    return [_line(g, by_id, solutions, verdicts, judged, edges, database) for g in generations]
 
 
-def _line(g: GenerationRow, by_id: dict, solutions: dict, verdicts: dict, twins: dict, edges: dict,
+def _line(g: GenerationRow, by_id: dict, solutions: dict, verdicts: dict, judged: dict, edges: dict,
           database: Database) -> dict:
     solution = solutions.get(g.solution_sha256)
-    judged_as = g.solution_sha256 if g.solution_sha256 in verdicts else None
-    if judged_as is None and solution is not None and solution.normalized_sha256:
-        judged_as = twins.get((solution.problem, solution.normalized_sha256))
-    ev = verdicts.get(judged_as)
+    twin = judged.get(g.solution_sha256)
+    ev = verdicts.get(twin)
     parent = by_id.get(g.parent_generation_id)
     return {
         "generation_id": g.id, "run_id": g.run_id, "problem": g.problem, "turn": g.turn, "sample": g.sample,
@@ -49,7 +45,7 @@ def _line(g: GenerationRow, by_id: dict, solutions: dict, verdicts: dict, twins:
         "model": g.model, "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens,
         "cost_usd": g.cost_usd, "extraction": g.extraction_status, "status": ev.status if ev else g.extraction_status,
         "speedup": ev.speedup if ev else None, "device_name": ev.device_name if ev else None,
-        "duplicate_of": judged_as if judged_as != g.solution_sha256 else None,
+        "duplicate_of": twin if twin != g.solution_sha256 else None,
         "cell": _cell(g, solution, ev, edges, database), "created_at": g.created_at.isoformat(),
     }
 

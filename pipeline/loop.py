@@ -1,4 +1,5 @@
-"""The agent loop: sample N candidates, judge them, feed back what failed, refine a parent, store everything.
+"""The agent loop: sample N candidates, judge them as they arrive, feed back what failed, refine a parent, store
+everything.
 Parents are the problem's best (or latest failure), or, with an archive, drawn per sample from its island
 (pipeline/archive.py). With several models or temperatures, a bandit picks who answers each sample
 (pipeline/bandit.py).
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import torch
@@ -138,9 +139,9 @@ class Loop:
             if turn and all(slot.parent is None for slot in slots):
                 result.errors.append(f"turn {turn}: no stored candidate of {problem.name} to refine")
                 break
-            drawn, errors, result.stopped = self._sample(problem, turn, slots)
+            drawn, errors, result.stopped = self._turn(problem, turn, slots)
             result.errors += errors
-            result.candidates += self._judge(problem, drawn)
+            result.candidates += drawn
             self._credit(drawn)
             result.reached = self._at_speed_of_light(drawn)
             if archive is not None:
@@ -186,27 +187,32 @@ class Loop:
             slot.contrast = [program_of(parent(m.solution_sha256)) for m in archive.contrast({slot.parent.sha256}) or ()]
         return slot
 
-    def _sample(self, problem: Problem, turn: int, slots: list[Slot]) -> tuple[list[Candidate], list[str], str | None]:
-        """One draw per slot, concurrently; a failed call costs that sample only, a refused one (budget) ends the run
-        after this turn's answers are judged."""
+    def _turn(self, problem: Problem, turn: int, slots: list[Slot]) -> tuple[list[Candidate], list[str], str | None]:
+        """One draw per slot, concurrently, judged as they arrive: while the evaluator judges the answers in hand,
+        the other calls stay in flight, and the next batch is whatever arrived meanwhile. A failed call costs that
+        sample only; a refused one (budget) ends the run after this turn's answers are judged."""
         for slot, arm in zip(slots, self.bandit.assign(problem.name, turn, [slot.sample for slot in slots])):
             slot.arm = arm
         requests = [LLMRequest(problem=problem.name, messages=self._messages(problem, slot), sample=slot.sample,
                                turn=turn, temperature=self.bandit.arms[slot.arm].temperature,
                                max_tokens=self.config.max_tokens)
                     for slot in slots]
-        drawn, errors, stopped = [], [], None
+        judged, errors, stopped = [], [], None
         with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(requests))) as pool:
-            futures = [pool.submit(self._draw, problem, request, slot) for request, slot in zip(requests, slots)]
-            for request, future, slot in zip(requests, futures, slots):
-                try:
-                    drawn.append(future.result())
-                except LLMError as exc:
-                    errors.append(f"turn {turn} sample {request.sample}: {exc}")
-                    self.bandit.tell(slot.arm, Usage(), 0.0, 0.0)  # an arm whose server fails earns nothing
-                except BudgetExhausted as exc:
-                    stopped = stopped or str(exc)
-        return drawn, errors, stopped
+            pending = {pool.submit(self._draw, problem, request, slot): slot for request, slot in zip(requests, slots)}
+            while pending:
+                arrived = []
+                for future in wait(pending, return_when=FIRST_COMPLETED).done:
+                    slot = pending.pop(future)
+                    try:
+                        arrived.append(future.result())
+                    except LLMError as exc:
+                        errors.append((slot.sample, f"turn {turn} sample {slot.sample}: {exc}"))
+                        self.bandit.tell(slot.arm, Usage(), 0.0, 0.0)  # an arm whose server fails earns nothing
+                    except BudgetExhausted as exc:
+                        stopped = stopped or str(exc)
+                judged += self._judge(problem, sorted(arrived, key=lambda c: c.sample))
+        return sorted(judged, key=lambda c: c.sample), [e for _, e in sorted(errors)], stopped
 
     def _messages(self, problem: Problem, slot: Slot) -> list[dict]:
         where = {"target": self.settings.device, "size": self.settings.size}

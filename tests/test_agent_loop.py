@@ -82,3 +82,24 @@ def test_a_correct_kernel_fills_every_island_and_is_refined_next_turn(tmp_path, 
     assert all("speedup" in messages[-1]["content"] and "total_elems" in messages[-2]["content"]
                for messages in refine_prompts)
     assert result.migrations == []
+
+
+def test_an_answer_is_judged_while_a_later_call_is_still_in_flight(tmp_path, database, settings):
+    """The first call answers at once (cut off), the second after 2 s (judged by the real evaluator): the first answer
+    is judged before the second arrives, where a turn used to wait for all its answers; the turn still reports both
+    in sample order."""
+    def script(body: dict, index: int) -> Reply:
+        if index == 0:
+            return Reply(content="```python\nimport torch\n", finish_reason="length")
+        return Reply(content=answer(PY_ONLY, "later"), delay_s=2.0)
+
+    seen: list[tuple[str, int]] = []
+    with FakeLLMServer(script) as server:
+        provider = OpenAIChat(LLMSettings(base_url=server.url, model="fake-coder", api_key="k"))
+        config = RunConfig(samples=2, concurrency=2, out_dir=tmp_path / "generations")
+        events = lambda kind, c: seen.append((kind, c.sample))  # noqa: E731
+        result = Loop(provider, database, settings, config, events=events).run(resolve_problem("relu"))
+    first = next(s for kind, s in seen if kind == "answered")
+    assert seen.index(("judged", first)) < seen.index(("answered", 1 - first)), seen
+    assert [c.sample for c in result.candidates] == [0, 1]
+    assert sorted(c.status for c in result.candidates) == ["cheat", "truncated"]
