@@ -374,7 +374,8 @@ def write_report(db: Database, out_dir: Path, sandbox: str = "strict") -> Path:
     for folder in ("candidates", "lineage"):
         (out_dir / folder).mkdir(parents=True, exist_ok=True)
     for c in candidates:
-        _render(env, "candidate.html.j2", out_dir / page_of(c.sol.sha256), c=c, root="../", stamp=stamp)
+        _render(env, "candidate.html.j2", out_dir / page_of(c.sol.sha256), c=c, root="../", stamp=stamp,
+                lin=lines.get(c.sol.problem))
     for lin in lines.values():
         _render(env, "lineage.html.j2", out_dir / lin.page, lin=lin, root="../", stamp=stamp,
                 charts=[(board, lineage_chart(lin, board)) for board in lin.boards])  # fmt: skip

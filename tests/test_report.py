@@ -152,6 +152,9 @@ def test_every_candidate_has_a_page_and_links_resolve(filled, report: Path) -> N
         for href in _hrefs(page):
             if not href.startswith(("data:", "#")):
                 assert (page.parent / href).resolve().is_file(), f"{page.name}: {href}"
+    relu = [report.parent / page_of(sha) for sha in s.values() if db.get_solution(sha).problem == "relu"]
+    assert relu and all('href="../lineage/relu.html"' in page.read_text() for page in relu)  # back to the lineage
+    assert all("lineage/" not in page.read_text() for page in pages if page not in relu)
 
 
 def test_candidate_page_has_source_evidence_and_lineage(filled, report: Path) -> None:
