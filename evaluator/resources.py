@@ -172,9 +172,8 @@ class Cgroup:
         d = next(iter(self.dirs.values()))
         if self.version == 2 and (d / "cgroup.freeze").exists():
             (d / "cgroup.freeze").write_text("1" if frozen else "0")
-            deadline = time.monotonic() + _FREEZE_WAIT_S
-            while frozen and "frozen 1" not in (d / "cgroup.events").read_text() and time.monotonic() < deadline:
-                time.sleep(0.001)
+            if frozen:
+                _wait_for(lambda: "frozen 1" in (d / "cgroup.events").read_text())
             return
         for _ in range(2 if frozen else 1):
             for pid in _pids(d):
@@ -220,10 +219,13 @@ def _wait_stopped(pids: Callable[[], list[int]]) -> None:
     """Return once every thread of these processes is stopped or gone, or the freeze wait passed: kill(SIGSTOP)
     returns at once, and on 2 busy cores threads the candidate left spinning went on for milliseconds (into the
     reference's block beside them, slowing it up to 15x) before the scheduler ran them into their stop."""
+    _wait_for(lambda: all(_state(task) in "TtZX" for pid in pids() for task in Path(f"/proc/{pid}/task").glob("*")))
+
+
+def _wait_for(frozen: Callable[[], bool]) -> None:
+    """Poll until the freeze has taken, or the freeze wait passed (the reference is then timed anyway)."""
     deadline = time.monotonic() + _FREEZE_WAIT_S
-    while not all(_state(task) in "TtZX" for pid in pids() for task in Path(f"/proc/{pid}/task").glob("*")):
-        if time.monotonic() > deadline:
-            return
+    while not frozen() and time.monotonic() < deadline:
         time.sleep(0.0005)
 
 

@@ -224,7 +224,8 @@ class Loop:
         return chat_messages(problem, history, inspirations=slot.inspirations, device_name=shown_on,
                              related=slot.related, contrast=tuple(slot.contrast) or None, **where)
 
-    def _answer(self, request: LLMRequest, slot: Slot) -> tuple[LLMResponse, int | None, str | None]:
+    def _answer(self, request: LLMRequest, slot: Slot, provider: Provider,
+                key: str) -> tuple[LLMResponse, int | None, str | None]:
         """(response, stored generation id or None when it is new, the parent it was written for): this run's own
         earlier answer to the slot, else any stored answer to the identical request, else a paid call."""
         if self.run_id is not None:
@@ -233,8 +234,7 @@ class Loop:
                 parent = mine.parent_generation_id and self.database.get_generation(mine.parent_generation_id)
                 return cache.cached_response(mine), mine.id, parent.solution_sha256 if parent else None
         parent_sha = slot.parent.sha256 if slot.parent else None
-        provider = self.bandit.arms[slot.arm].provider
-        if hit := cache.lookup(self.database, cache.request_hash(provider.name, provider.model, request)):
+        if hit := cache.lookup(self.database, key):
             return hit[0], hit[1], parent_sha
         self.meter.admit()
         try:
@@ -246,11 +246,11 @@ class Loop:
         return response, None, parent_sha
 
     def _draw(self, problem: Problem, request: LLMRequest, slot: Slot) -> Candidate:
-        response, generation_id, parent_sha = self._answer(request, slot)
-        extraction = extract(response.text, response.finish_reason)
         provider = self.bandit.arms[slot.arm].provider
+        key = cache.request_hash(provider.name, provider.model, request)
+        response, generation_id, parent_sha = self._answer(request, slot, provider, key)
+        extraction = extract(response.text, response.finish_reason)
         if generation_id is None:
-            key = cache.request_hash(provider.name, provider.model, request)
             generation_id = cache.store(self.database, key, provider, request, response, extraction.status.value,
                                         slot.parent.generation_id if slot.parent else None, run_id=self.run_id,
                                         island=slot.island, prompt_kind=slot.kind)

@@ -27,9 +27,9 @@ from reference_problems import Problem
 PLUMBING = frozenset({
     "parameter", "randn", "rand", "randint", "zeros", "ones", "empty", "tensor", "full", "arange", "super",
     "view", "reshape", "size", "contiguous", "flatten", "unsqueeze", "squeeze", "expand", "to", "cuda", "float",
-    "half", "dim", "numel", "clone", "detach", "item", "__init__", "modulelist", "sequential", "append", "range",
-    "len", "int", "init",
-})
+    "half", "dim", "numel", "clone", "detach", "item", "init", "modulelist", "sequential", "append", "range",
+    "len", "int",
+})  # spelled as signature() compares them: lower case, underscores dropped (super().__init__ is "init")
 ALIASES = {"mm": "matmul", "bmm": "matmul", "addmm": "matmul", "linear": "matmul"}  # one GEMM, four spellings
 # The operators that hold most of a problem's work: sharing one says more than sharing any number of epilogues.
 HEAVY = re.compile(r"(conv|convtranspose)[123]d|matmul|einsum|lstm|gru|rnn|multiheadattention|scaleddotproductattention")
@@ -68,7 +68,8 @@ def signature(source: str) -> frozenset[str]:
     found = set()
     for node in (n for cls in _classes(tree) for n in ast.walk(cls)):
         if isinstance(node, ast.Call) and (name := _call_name(node.func)):
-            found.add(ALIASES.get(name.replace("_", ""), name.replace("_", "")))
+            name = name.replace("_", "")
+            found.add(ALIASES.get(name, name))
         elif isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in ARITHMETIC:
             found.add(ARITHMETIC[type(node.op)])
     return frozenset(found - PLUMBING)
@@ -117,7 +118,8 @@ def related(database: Database, problem: Problem, device_name: str, size: str,
     best = {row.problem: row for row in database.leaderboard(device_name=device_name, size=size)
             if row.problem != problem.name and row.best_sha256 and (row.best_speedup or 0) >= config.min_speedup}
     sources = {p.name: s for p in database.problems() if p.name in best and (s := _source(p.path)) is not None}
-    mine, ranks = signature(problem.source()), input_ranks(problem.source())
+    source = problem.source()
+    mine, ranks = signature(source), input_ranks(source)
     signatures = {name: signature(s) for name, s in sources.items()}
     scored = sorted(((similarity(mine, ops), input_ranks(sources[name]) == ranks, name)
                      for name, ops in signatures.items()), reverse=True)

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, SOLUTIONS, running
+from conftest import ROOT, SOLUTIONS, relu_timing_case, running
 from evaluator import CandidateJob, EvalSettings, Limits, Status, Verdict, evaluate
 from evaluator.guard import Guard, Tampered
 from evaluator.hardware import Peak
-from evaluator.judge import Reference, _Case, _timing, judge
+from evaluator.judge import Reference, _timing, judge
 from evaluator.results import ChildResult
 from evaluator.timing import implausible
 from reference_problems import resolve_problem
@@ -187,23 +187,12 @@ def test_timings_that_cannot_fit_the_wall_clock_are_implausible():
     assert not implausible([1e-3] * 10, 2.0, "cpu", fill_s=1.9)  # fills of fresh inputs took the loop's time
 
 
-def _timing_case(samples_ms: list[float], monkeypatch) -> _Case:
-    """A judged CUDA run of the full relu (2 GiB in and out) with the given samples, on an 'H100'."""
-    monkeypatch.setattr("evaluator.judge.device_name", lambda device: "NVIDIA H100 80GB HBM3")
-    messages = [{"event": "stage", "stage": "timed", "_t": 0.0},
-                {"event": "timing", "which": "model", "samples": samples_ms, "fill_s": 0.0, "_t": 1.0}]
-    result = ChildResult(messages=messages, log_path=Path("/nonexistent"))
-    ref = Reference(meta={}, trials={"timing": {"io_bytes": 2**31, "max_input_numel": 2**28}})
-    settings = EvalSettings(device="cuda", size="full")
-    return _Case(result, ref, resolve_problem("relu").meta, settings, {})
-
-
 def test_a_median_below_the_bandwidth_floor_is_a_cheat(monkeypatch):
-    found = _timing(_timing_case([0.02] * 50, monkeypatch))  # 20 us to move 2 GiB: 100 TB/s
+    found = _timing(relu_timing_case([0.02] * 50, monkeypatch))  # 20 us to move 2 GiB: 100 TB/s
     assert found.status is CHEAT and found.evidence.exploit == "bandwidth_floor"
     assert "below 0.5 x the bandwidth floor of 0.641 ms: " in found.evidence.cause
     assert "2.15e+09 bytes at 3.35e+12 B/s need 0.641 ms" in found.evidence.cause  # relu's 2.7e8 FLOP need far less
-    assert _timing(_timing_case([0.7] * 50, monkeypatch)) is None  # ~3 TB/s: fast, but possible
+    assert _timing(relu_timing_case([0.7] * 50, monkeypatch)) is None  # ~3 TB/s: fast, but possible
 
 
 @pytest.mark.slow

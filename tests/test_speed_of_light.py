@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import relu_timing_case
 from db import Database
 from evaluator import EvalSettings, Evidence, Status, TimingStats, Verdict
 from evaluator.contracts import SpeedOfLight, TimingReport
 from evaluator.hardware import device_name
-from evaluator.judge import Reference, _Case, _report
-from evaluator.results import ChildResult
+from evaluator.judge import _report
 from fake_llm_server import FakeLLMServer, Reply, answer
 from judging.record import record_verdict
 from pipeline.extract import extract
@@ -28,15 +28,8 @@ SOL = SpeedOfLight(ms=0.641, bound="bandwidth", arithmetic="2.15e+09 bytes at 3.
 
 
 def _judged(device: str, size: str, monkeypatch) -> TimingReport:
-    """The timing report of a run of relu (2 GiB in and out) at 1.282 ms a call, on an 'H100' or this CPU."""
-    monkeypatch.setattr("evaluator.judge.device_name", lambda device: "NVIDIA H100 80GB HBM3")
-    messages = [{"event": "stage", "stage": "timed", "_t": 0.0},
-                {"event": "timing", "which": "model", "samples": [1.282] * 50, "fill_s": 0.0, "_t": 1.0,
-                 "untimed_calls": 3, "fresh_inputs": "fresh"}]
-    ref = Reference(meta={}, trials={"timing": {"io_bytes": 2**31, "max_input_numel": 2**28}})
-    case = _Case(ChildResult(messages=messages, log_path=Path("/nonexistent")), ref, resolve_problem("relu").meta,
-                 EvalSettings(device=device, size=size), {})
-    return _report(case)
+    """The timing report of a run of relu at 1.282 ms a call, on an 'H100' or this CPU."""
+    return _report(relu_timing_case([1.282] * 50, monkeypatch, device, size))
 
 
 def test_the_judge_reports_the_floor_as_the_speed_of_light(monkeypatch):
