@@ -82,13 +82,14 @@ def main() -> None:
     parser.add_argument("--size", default="small")
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--modes", default="cold,warm,naive", help="which of cold, warm, naive to run, in that order")
+    parser.add_argument("--build-root", type=Path, help="the build cache (default: a fresh one, so cold is cold)")
     args = parser.parse_args()
     report_to = os.fdopen(os.dup(1), "w")  # the report alone; builds run in-process (naive) print to fd 1
     os.dup2(2, 1)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # the evaluator's reference run times
     modes = args.modes.split(",")
     jobs = _jobs(args.directory)
-    cache = Path(tempfile.mkdtemp(prefix="kforge-bench-builds-"))
+    cache = args.build_root or Path(tempfile.mkdtemp(prefix="kforge-bench-builds-"))
     settings = EvalSettings(device=args.device, size=args.size, jobs=args.jobs, build_root=cache, warmup_ms=50, rep_ms=300)
     report = {"candidates": len(jobs), "device": args.device, "size": args.size, "jobs": args.jobs}
     runs = {"cold": ("kforge_cold", with_kforge), "warm": ("kforge_warm", with_kforge), "naive": ("naive_serial", naive)}

@@ -52,4 +52,4 @@ def main(reps: int = 20) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
