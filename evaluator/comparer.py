@@ -117,6 +117,8 @@ class Comparer:
             if result.mismatch is not None:
                 stale = next((other for other in self.expected.others(request.expected)
                               if not self._against(got, request.outputs, other, -1).mismatch), "")
+        except torch.OutOfMemoryError as exc:  # kforge's side: the expected outputs did not fit beside the candidate
+            return Compared(which=request.label, error=f"the comparer ran out of memory: {str(exc)[:300]}", own_failure=True)
         except (OSError, ValueError, KeyError, TypeError, ipc.IpcError, RuntimeError) as exc:
             return Compared(which=request.label, error=f"{type(exc).__name__}: {str(exc)[:300]}")
         finally:

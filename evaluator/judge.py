@@ -131,7 +131,7 @@ class _Case:
         answer = self.comparisons.get(label)
         if answer is None:
             return _cheat("forged_outputs", f"{what}: its outputs were never handed to the comparer", "correctness")
-        if answer.get("comparer_died"):
+        if answer.get("comparer_died") or answer.get("own_failure"):  # kforge's failure, not the candidate's
             return Outcome(Status.REFERENCE_ERROR, Evidence(stage="correctness", cause=f"{what}: {answer['error']}"))
         if answer.get("error"):
             return _cheat("forged_outputs", f"{what}: the outputs handed over cannot be read ({answer['error']})", "correctness")

@@ -308,6 +308,7 @@ class Compared(Message):
     max_abs_err: float = 0.0
     tolerance_used: float = 0.0
     stale: str = ""  # the other call whose expected output this one matches
+    own_failure: bool = False  # the error is the comparer's own (out of GPU memory), not the candidate's outputs
 
 
 class Audited(Message):

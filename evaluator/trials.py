@@ -32,13 +32,40 @@ def _is_plain(value) -> bool:
     return type(value) is torch.Tensor
 
 
-def make_inputs(problem: ModuleType, seed: int, device: str) -> list:
+_FILLERS = frozenset({torch.rand, torch.randn, torch.randint, torch.zeros, torch.ones, torch.empty, torch.full})
+
+
+class _Into(torch.overrides.TorchFunctionMode):
+    """While get_inputs runs: a factory call whose result has the shape and dtype of one of `targets` (the
+    inputs being refilled) writes into it (`out=`) instead of allocating, so refilling the usual
+    `torch.rand(...)` input needs no second copy of it (a 17 GB input and its refill did not fit one GPU
+    beside the comparer). The values are the same as without `out=`: same generator, same numel."""
+
+    def __init__(self, targets: list):
+        super().__init__()
+        self.free = [t for t in targets if isinstance(t, torch.Tensor)]
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _FILLERS and "out" not in kwargs and self.free:
+            probe = func(*args, **{**kwargs, "device": "meta"})
+            for i, t in enumerate(self.free):
+                if _T.shape.__get__(t) == probe.shape and _T.dtype.__get__(t) == probe.dtype:
+                    return func(*args, **kwargs, out=self.free.pop(i))
+        return func(*args, **kwargs)
+
+
+def make_inputs(problem: ModuleType, seed: int, device: str, into: list | None = None) -> list:
     """Inputs are created directly on the device, from a seed only the parent knows until now. Not under
     trusted(): that would also switch off the device context (a TorchFunctionMode) and build them on the CPU;
-    a mode the candidate left active is caught by the guard, and subclass overrides are off here."""
+    a mode the candidate left active is caught by the guard, and subclass overrides are off here. With `into`
+    (the tensors of an earlier call), new values are written into those tensors where the problem allows."""
     with torch._C.DisableTorchFunctionSubclass(), torch._C._DisableTorchDispatch(), torch.device(device):
         torch.manual_seed(seed)
-        return list(problem.get_inputs())
+        if into is None:
+            return list(problem.get_inputs())
+        with _Into(into):
+            return list(problem.get_inputs())
 
 
 def build_model(cls: type, problem: ModuleType, seed: int, device: str) -> torch.nn.Module:
@@ -167,17 +194,26 @@ def run_trials(model, problem: ModuleType, seeds: list[tuple[str, int]], device:
     return report
 
 
+def _aliased(targets: list, fresh: list) -> bool:
+    """Whether a new input that is not its own target shares memory with one of the targets."""
+    stores = {_T.untyped_storage(t).data_ptr() for t in targets if isinstance(t, torch.Tensor)}
+    return any(isinstance(b, torch.Tensor) and b is not a and _T.untyped_storage(b).data_ptr() in stores
+               for a, b in zip(targets, fresh))
+
+
 def refill(inputs: list, problem: ModuleType, seed: int, device: str) -> bool:
     """Write the inputs of another seed into the same tensors (same objects, same addresses): a result
     cached on identity or data_ptr goes stale. False if the new inputs do not fit."""
-    fresh = make_inputs(problem, seed, device)
+    fresh = make_inputs(problem, seed, device, into=inputs)
+    if _aliased(inputs, fresh):  # e.g. `x = rand(); return [x @ w, x]`: copying in order would clobber one
+        fresh = make_inputs(problem, seed, device)
     fits = len(fresh) == len(inputs) and all(
         (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype)
         or (not isinstance(a, torch.Tensor) and a == b) for a, b in zip(inputs, fresh))
     if fits:
         with trusted():
             for a, b in zip(inputs, fresh):
-                if isinstance(a, torch.Tensor):
+                if isinstance(a, torch.Tensor) and b is not a:
                     _T.copy_(a, b)
     return fits
 

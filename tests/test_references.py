@@ -9,8 +9,11 @@ import shutil
 import threading
 from pathlib import Path
 
+import pytest
+import torch
+
 from conftest import SOLUTIONS
-from evaluator import CandidateJob, Status, evaluate
+from evaluator import CandidateJob, EvalSettings, Status, evaluate
 from evaluator.references import OpenProblems, ReferenceServer, _RESIDENT_SHARE
 from evaluator.batch import Batch
 from reference_problems import resolve_problem
@@ -121,3 +124,26 @@ def test_one_device_is_used_by_one_kforge_process_at_a_time(cpu_settings):
     finally:
         for batch in (first, second):
             shutil.rmtree(batch.root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("raised, status", [(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB"),
+                                             Status.REFERENCE_ERROR),
+                                            (RuntimeError("the handed-over range is not what it says"), Status.CHEAT)])
+def test_a_comparer_out_of_memory_is_kforges_failure_and_unreadable_outputs_are_the_candidates(raised, status, tmp_path,
+                                                                                              monkeypatch):
+    """On the H100 the comparer of a 17 GB problem ran out of GPU memory reading a timed call's outputs, and the
+    honest candidate was judged `cheat: forged_outputs`. Memory is kforge's side: reference_error, cause kept."""
+    from evaluator import comparer
+    from evaluator.judge import Reference, _Case
+    from evaluator.protocol import Compare
+    from evaluator.results import ChildResult
+
+    def fail(*_):
+        raise raised
+
+    monkeypatch.setattr(comparer, "_received", fail)
+    answer = comparer.Comparer(None, 1e-4, 1e-4).compare(Compare(label="timed_4", expected="timed_4", trial=-1, outputs=[]))
+    case = _Case(ChildResult(messages=[], log_path=tmp_path / "log"), Reference(meta={}, trials={}),
+                 resolve_problem("relu").meta, EvalSettings(), {"timed_4": answer.model_dump()})
+    outcome = case.judge_call("timed_4", -1, "timed call 4")
+    assert outcome.status is status and str(raised)[:20] in outcome.evidence.cause
