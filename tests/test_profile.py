@@ -181,3 +181,23 @@ def test_the_profile_jail_gives_its_own_loopback_and_dev_shm_and_a_candidate_chi
     finally:
         host.close()
         shm.unlink(missing_ok=True)
+
+
+def test_a_profile_request_is_part_of_the_protocol_and_no_other_role_runs_in_the_profile_jail(tmp_path):
+    """The child decides its seccomp variant by the jail's report alone; it then refuses every role but `profile`
+    (an introspect child here, real and jailed), so no candidate or reference child ever runs with the network on."""
+    from evaluator.contracts import Limits
+    from evaluator.protocol import IntrospectRequest, ProfileRequest, read_request
+    from evaluator.sandbox import Child
+
+    request = ProfileRequest(problem_path="p.py", candidate_path="c.py", init_seed=1, input_seed=2, calls=3)
+    assert read_request(request.model_dump_json().encode()) == request
+    problem = resolve_problem("relu")
+    child = Child(tmp_path, tmp_path / "build", Limits(timeout_s=120), cap_address_space=True,
+                  jail=jail_spec([tmp_path], [problem.path]) | {"profile": True})
+    child.begin(IntrospectRequest(problem_paths=[str(problem.path)]))
+    result = child.finish()
+    if result.returncode == 126:
+        pytest.skip(f"this machine refuses the profile jail: {result.log_tail(300)}")
+    assert result.last("measured") is None
+    assert "must not run in the profile jail" in result.last("error")["message"], result.log_tail(2000)
