@@ -10,6 +10,7 @@ _HOME = {
     "EvalSettings": "contracts", "Evidence": "contracts", "Limits": "contracts", "Mismatch": "contracts",
     "Status": "contracts", "TimingStats": "contracts", "Verdict": "contracts",
     "EvaluatorError": "contracts", "CandidateJob": "contracts", "evaluate": "runner",
+    "KernelProfile": "contracts", "Profile": "contracts", "profile": "profiling",
 }
 __all__ = sorted(_HOME)
 

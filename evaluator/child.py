@@ -3,7 +3,7 @@
 Roles: `compile` (import the candidate, which builds it), `candidate` (correctness, leaks, timing of ModelNew),
 `reference` (the problem's Model: reference outputs and baseline timings, in a process no candidate touched; it
 then stays as the comparer of the problem's candidates' outputs), `introspect` (problem files' bytes and FLOPs,
-evaluator.introspect). The request and every message are models of evaluator.protocol.
+evaluator.introspect), `profile` (a correct candidate's forward calls for Nsight Compute, evaluator.profiling). The request and every message are models of evaluator.protocol.
 The candidate role also watches the candidate: which extensions it builds and calls (extensions.py), and
 whether it tampers with the harness (guard.py).
 """
@@ -22,8 +22,8 @@ import torch
 from evaluator import (comparer, confine, extensions, floor, guard, hardware, introspect, leaks, loading, precompiled,
                        timing, trials)
 from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, Go, IntrospectRequest, Leaks,
-                                Memory, Message, Outputs, Pace, Probe, Ready, ReferenceRequest, Request, Stage, Timing,
-                                Trials, read_request)
+                                Memory, Message, Outputs, Pace, Probe, Profiled, ProfileRequest, Ready, ReferenceRequest,
+                                Request, Stage, Timing, Trials, read_request)
 
 
 class Channel:
@@ -58,9 +58,20 @@ def _steady_malloc() -> None:
         mallopt(_M_TRIM_THRESHOLD, 2**30)
 
 
+def _jail_layers() -> dict[str, str]:
+    return json.loads(os.environ.get("KFORGE_JAIL") or '{"jail": "off: not started in the jail"}')
+
+
+def _own_network() -> bool:
+    """Whether the jail gave this child a network namespace of its own (the profile variant, evaluator/jail.py):
+    only then may its seccomp filter allow IPv4/IPv6 sockets (ncu's injection talks to ncu over loopback)."""
+    return _jail_layers().get("network", "").startswith("on")
+
+
 def _environment(device: str, confined: bool) -> Env:
-    layers = json.loads(os.environ.get("KFORGE_JAIL") or '{"jail": "off: not started in the jail"}')
-    layers["seccomp"] = "on" if confined else "off: not x86-64, or not permitted"
+    layers = _jail_layers()
+    layers["seccomp"] = ("on (IPv4/IPv6 sockets allowed: its own network namespace)" if _own_network() else "on") \
+        if confined else "off: not x86-64, or not permitted"
     return Env(device_name=hardware.device_name(device), torch_version=torch.__version__,
                cuda_version=torch.version.cuda, confined=confined, sandbox=layers)
 
@@ -234,6 +245,8 @@ def _pin(gpu: str | None) -> None:
 
 
 def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
+    if _own_network() and not isinstance(req, ProfileRequest):
+        raise RuntimeError(f"kforge: a {req.role} child must not run in the profile jail (its network is open)")
     if isinstance(req, IntrospectRequest):
         chan.send(_environment("cpu", confined))
         return _run_introspect(chan, req)
@@ -250,6 +263,9 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
     build_dir, candidate = Path(os.environ["TORCH_EXTENSIONS_DIR"]), Path(req.candidate_path)
     headers = precompiled.Headers(build_dir.parent)  # the build root: shared by every candidate's build
     headers.install()  # both roles: the candidate child must write the same build.ninja, or ninja rebuilds
+    if isinstance(req, ProfileRequest):
+        module = loading.import_file(candidate, "kforge_candidate")  # the cache's build: nothing is compiled
+        return _run_profile(chan, req, trials.build_model(module.ModelNew, problem, req.init_seed, device), problem)
     watch = extensions.KernelWatch(Path(problem.__file__))
     watch.install()
     judge = guard.Guard(guard.harness_modules())
@@ -266,6 +282,21 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
                        _handoff(chan, requests, req), _pacer(chan, requests))
 
 
+def _run_profile(chan: Channel, req: ProfileRequest, model, problem) -> None:
+    """A warm-up call (module load and first-call setup stay out of the profile), then `calls` forward calls, each
+    alone inside the NVTX range `kforge_forward` that ncu is told to profile (--nvtx-include kforge_forward/)."""
+    inputs = trials.make_inputs(problem, req.input_seed, "cuda")
+    with torch.no_grad():
+        model(*inputs)
+        torch.cuda.synchronize()
+        for _ in range(req.calls):
+            torch.cuda.nvtx.range_push("kforge_forward")
+            model(*inputs)
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+    chan.send(Profiled(calls=req.calls))
+
+
 def _run_introspect(chan: Channel, req: IntrospectRequest) -> None:
     """Each problem file in turn: one that raises is answered with its error and the next goes on (a hang or a
     crash is the parent's to see and name)."""
@@ -274,7 +305,7 @@ def _run_introspect(chan: Channel, req: IntrospectRequest) -> None:
 
 
 def main() -> None:
-    confined = confine.forbid_touching_parent()  # before anything reads candidate or problem code
+    confined = confine.forbid_touching_parent(network=_own_network())  # before any candidate or problem code runs
     request_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
     requests = os.fdopen(request_fd, "rb")  # the request, then (reference, candidate) the parent's answers
     chan = Channel(result_fd)

@@ -9,6 +9,10 @@ Children run as the same user as kforge, so without this a candidate could simpl
 (or ptrace it and rewrite the verdict). The filter is inherited by everything the child starts (compilers,
 shells). A forbidden call kills the child with SIGSYS, which the parent reports as `cheat`.
 Only x86-64 has the syscall table below; elsewhere the child runs unconfined (and says so).
+
+The profile variant (`network=True`, only for the `profile` child, whose jail made it a network namespace of its
+own: evaluator/jail.py) also lets it make IPv4/IPv6 sockets, connect and send: Nsight Compute's injection in the
+child talks to ncu over TCP on loopback. The namespace is the wall there; every other rule stays.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ _SOCKET, _CONNECT, _SENDTO = 41, 42, 44
 # sendmsg/sendmmsg may carry an address where the filter cannot read it; io_uring could make and connect sockets
 # behind the filter's back.
 _REFUSED = {"sendmsg": 46, "sendmmsg": 307, "io_uring_setup": 425}
-_AF_UNIX = 1
+_AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
 _AUDIT_ARCH_X86_64 = 0xC000003E
 _X32_BIT = 0x40000000
 
@@ -43,12 +47,17 @@ def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
 
 
-def _sockets() -> list[bytes]:
+def _sockets(network: bool = False) -> list[bytes]:
     """After the syscall number is loaded: socket() of a family other than unix -> EACCES; connect() -> ENOENT
     (what finding no socket there says; the CUDA driver asks for an MPS daemon this way and goes on without
     one); sendto() with an address (both halves of the pointer checked), sendmsg, sendmmsg and io_uring_setup
-    -> EACCES."""
+    -> EACCES. With `network`: unix, IPv4 and IPv6 sockets, connect, sendto and sendmsg/sendmmsg are allowed;
+    io_uring_setup is still refused."""
     refuse_eacces, refuse_enoent = _op(_RET, _ERRNO | _EACCES), _op(_RET, _ERRNO | _ENOENT)
+    if network:
+        return [_op(_JEQ, _SOCKET, jf=6), _op(_LD_ABS, 16), _op(_JEQ, _AF_UNIX, jt=2), _op(_JEQ, _AF_INET, jt=1),
+                _op(_JEQ, _AF_INET6, jf=1), _op(_RET, _ALLOW), refuse_eacces,
+                _op(_JEQ, _REFUSED["io_uring_setup"], jf=1), refuse_eacces]
     prog = [_op(_JEQ, _SOCKET, jf=4), _op(_LD_ABS, 16), _op(_JEQ, _AF_UNIX, jf=1), _op(_RET, _ALLOW), refuse_eacces,
             _op(_JEQ, _CONNECT, jf=1), refuse_enoent,
             _op(_JEQ, _SENDTO, jf=6), _op(_LD_ABS, 48), _op(_JEQ, 0, jf=3), _op(_LD_ABS, 52), _op(_JEQ, 0, jf=1),
@@ -58,12 +67,12 @@ def _sockets() -> list[bytes]:
     return prog
 
 
-def _program(protected: list[int]) -> list[bytes]:
+def _program(protected: list[int], network: bool = False) -> list[bytes]:
     """arch check, x32 check, socket rules, always-denied calls, then pid-targeted calls checked against
     `protected`."""
     prog = [_op(_LD_ABS, 4), _op(_JEQ, _AUDIT_ARCH_X86_64, jt=1), _op(_RET, _KILL_PROCESS), _op(_LD_ABS, 0),
             _op(_JGE, _X32_BIT, jf=1), _op(_RET, _KILL_PROCESS)]
-    prog += _sockets()
+    prog += _sockets(network)
     prog += [_op(_JEQ, nr, jt=len(_ALWAYS) - i + len(_BY_PID) + len(protected) + 2) for i, nr in enumerate(_ALWAYS.values())]
     prog += [_op(_JEQ, nr, jt=len(_BY_PID) - i) for i, nr in enumerate(_BY_PID.values())]
     prog += [_op(_RET, _ALLOW), _op(_LD_ABS, 16)]  # args[0], low 32 bits (pid_t)
@@ -77,11 +86,12 @@ def protected_pids() -> list[int]:
     return sorted({parent, -parent, -os.getpgid(parent), -1})
 
 
-def forbid_touching_parent() -> bool:
-    """Install the filter on this process (and its future children); False where it cannot be installed."""
+def forbid_touching_parent(network: bool = False) -> bool:
+    """Install the filter on this process (and its future children); False where it cannot be installed.
+    `network`: the profile variant (sockets of the child's own network namespace allowed)."""
     if platform.machine() != "x86_64":
         return False
-    prog = b"".join(_program(protected_pids()))
+    prog = b"".join(_program(protected_pids(), network))
     buf = ctypes.create_string_buffer(prog)
     fprog = _Fprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
     libc = ctypes.CDLL(None, use_errno=True)

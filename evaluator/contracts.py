@@ -201,3 +201,31 @@ class Verdict(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status is Status.CORRECT
+
+
+class KernelProfile(BaseModel):
+    """One kernel of a profiled forward call, as Nsight Compute measured it (every launch of that name in the
+    profiled calls, metrics weighted by each launch's time). Percentages are of the device's peak; stalls are the
+    share of active warps' cycles stalled on each reason."""
+
+    name: str
+    launches: int  # per forward call
+    ms: float  # GPU time per forward call
+    share: float  # of the forward's GPU time, 0..1
+    sm_pct: float | None = None
+    dram_pct: float | None = None
+    l2_pct: float | None = None
+    occupancy_pct: float | None = None  # achieved: active warps of the peak, while the SM is active
+    registers: int | None = None  # per thread
+    stalls: dict[str, float] = Field(default_factory=dict)  # reason -> percent, largest first
+
+
+class Profile(BaseModel):
+    """Nsight Compute's view of one correct candidate's forward calls (evaluator/profiling.py), for the refine
+    prompt. Advice for the LLM only, never part of a verdict: ncu's output lies in a folder the candidate's process
+    could write. `said` is why there are no kernels (no CUDA, no ncu, a timeout...)."""
+
+    kernels: list[KernelProfile] = Field(default_factory=list)  # by time, largest first
+    calls: int = 0  # forward calls profiled
+    gpu_ms: float | None = None  # every kernel of one forward call
+    said: str = ""

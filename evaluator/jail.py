@@ -19,6 +19,10 @@ Layers, each enforced by the kernel and each reported (a missing one is named, n
   dirs are handed to that uid first.
 - resources: before anything else the jail joins the child's cgroup(s) (made by evaluator/resources.py with a
   process count and a memory limit), so everything the child starts is counted in them.
+- network (the profile variant only, spec key `profile`: Nsight Compute and its target talk over TCP on loopback
+  and pass data through /dev/shm): a network namespace of its own with only its loopback up, a private tmpfs on
+  /dev/shm, and Landlock then allows TCP (the namespace is the wall: nothing but that loopback is reachable). If the
+  namespace or the tmpfs cannot be made, nothing is relaxed and nothing runs: the jail says why and exits 126.
 The outer process (this module's parent half) waits for the child, passes SIGINT/SIGTERM on, and dies with kforge
 (parent-death signal); the child gets SIGKILL when it dies, so nothing outlives kforge.
 """
@@ -34,7 +38,10 @@ import sys
 import landlockpy
 from landlockpy import AccessFS, AccessNet, Scope
 
-_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWUSER = 0x00020000, 0x20000000, 0x10000000
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x10000000, 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+_SHM_SIZE = "2g"  # the profile's /dev/shm: ncu's buffers, counted in the child's memory cgroup
+NO_PROFILE_JAIL = 126  # the profile variant could not build its walls: nothing ran
 _MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x4000, 1 << 18, 2, 4, 8
 _SCRATCH_VIEW_SIZE = "4g"  # a candidate child's writes to its build dir (a rebuild, torch's lock): RAM, gone with it
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
@@ -144,21 +151,22 @@ def _landlock(spec: dict) -> str:
     abi = landlockpy.abi_version()
     if abi < 1:
         return "off: the kernel has no Landlock"
-    with landlockpy.Ruleset(handled_net=AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
+    profile = spec.get("profile", False)  # TCP in its own network namespace (only loopback there)
+    with landlockpy.Ruleset(handled_net=AccessNet.NONE if profile else AccessNet.BIND_TCP | AccessNet.CONNECT_TCP,
                             scoped=Scope.ABSTRACT_UNIX_SOCKET | Scope.SIGNAL) as rules:
         for path in spec["read"]:
             if os.path.exists(path):
                 rules.allow_path(path, _READ if os.path.isdir(path) else _READ & ~AccessFS.READ_DIR)
         for path in spec.get("list", []):  # names only (/dev: its files are raw disks, memory, other users' shm)
             rules.allow_path(path, AccessFS.READ_DIR)
-        for path in [*spec["write"], *([spec["view"]["own"]] if spec.get("view") else [])]:
+        for path in [*spec["write"], *([spec["view"]["own"]] if spec.get("view") else []), *(["/dev/shm"] if profile else [])]:
             rules.allow_path(path, _WRITE)
         rules.allow_path(os.path.realpath("/proc/self"), _OWN_PROC)
         for path in [*_DEVICES, *(os.path.join("/dev", n) for n in _list("/dev") if n.startswith("nvidia"))]:
             if os.path.exists(path) and not os.path.isdir(path):
                 rules.allow_path(path, _DEVICE_RW)
         rules.restrict()
-    return f"on (ABI {abi})"
+    return f"on (ABI {abi}; TCP allowed: its own network namespace has only loopback)" if profile else f"on (ABI {abi})"
 
 
 def _list(path: str) -> list[str]:
@@ -178,12 +186,44 @@ def _inside(spec: dict, cmd: list[str]) -> None:
     except OSError as exc:
         layers["proc"] = f"off: {exc}"
     layers["cache"] = _own_build_dir(spec, why_not="" if layers["proc"] == "on" else "no private mounts")
+    if spec.get("profile"):
+        layers |= _profile_walls(layers["proc"])
     _drop_capabilities()
     layers["caps"] = "on"
     layers["landlock"] = _landlock(spec)
     layers["identity"] = _become(spec)
     os.environ["KFORGE_JAIL"] = json.dumps(layers | {"pid": "on", "resources": spec["resources"]})
     os.execvpe(cmd[0], cmd, os.environ)
+
+
+def _profile_walls(proc: str) -> dict[str, str]:
+    """The profile variant's own walls, built while this process still has its capabilities: loopback up in the
+    network namespace main() made, and a private tmpfs on /dev/shm (Landlock then lets the child write it; what it
+    writes never reaches the host's /dev/shm and dies with the namespace). Raises when either cannot be made, so
+    the child does not start with TCP or /dev/shm opened to it."""
+    if proc != "on":
+        raise OSError(0, f"no private mount namespace for /dev/shm ({proc})")
+    _loopback_up()
+    _mount("tmpfs", "/dev/shm", "tmpfs", f"size={_SHM_SIZE},mode=1777")
+    return {"network": "on (own namespace, loopback only: ncu talks to its target over it)",
+            "shm": "on (a private tmpfs: ncu passes its data through /dev/shm)"}
+
+
+def _loopback_up() -> None:
+    """ip link set lo up: a fresh network namespace has its loopback down."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        flags = struct.unpack("16sH", fcntl.ioctl(sock, _SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0))[:18])[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
+
+
+def _no_profile(why: str) -> None:
+    """The profile variant without its namespace: relax nothing, run nothing (the parent reads why in the log)."""
+    print(f"kforge jail: no profile jail here: {why}; nothing was relaxed and nothing ran", file=sys.stderr, flush=True)
+    os._exit(NO_PROFILE_JAIL)
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -240,7 +280,10 @@ def main() -> None:
     libc = _libc()
     if "uid" in spec["identity"]:
         _hand_over(spec)
+    profile = bool(spec.get("profile"))
     if not spec.get("namespaces", True):  # the CUDA comparer: legacy IPC handles do not cross PID namespaces
+        if profile:
+            _no_profile("the spec asks for no namespaces")
         _exec_here(spec, cmd, "off: the comparer stays in kforge's PID namespace (CUDA IPC handles do not cross them)")
     if os.geteuid() != 0:
         try:
@@ -248,8 +291,11 @@ def main() -> None:
             spec["user_namespace"] = True  # an overlay mounted in it keeps its own attributes in user.* xattrs
         except OSError:
             pass  # the unshare below fails and says so
-    if libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS) != 0:
-        _exec_here(spec, cmd, f"off: {os.strerror(ctypes.get_errno())}")
+    if libc.unshare(_CLONE_NEWPID | _CLONE_NEWNS | (_CLONE_NEWNET if profile else 0)) != 0:
+        why = os.strerror(ctypes.get_errno())
+        if profile:
+            _no_profile(f"unshare of the PID, mount and network namespaces failed: {why}")
+        _exec_here(spec, cmd, f"off: {why}")
     child = os.fork()
     if child == 0:
         try:

@@ -86,7 +86,23 @@ class IntrospectRequest(_Line):
     gpu: str | None = None
 
 
-Request = Annotated[Union[CompileRequest, CandidateRequest, ReferenceRequest, IntrospectRequest], Field(discriminator="role")]
+class ProfileRequest(_Line):
+    """Run a correct candidate's forward under Nsight Compute (evaluator/profiling.py): a warm-up call, then `calls`
+    calls inside the NVTX range `kforge_forward`, which is all ncu profiles. No seeds: nothing here is judged."""
+
+    role: Literal["profile"] = "profile"
+    problem_path: str
+    candidate_path: str
+    device: Literal["cuda"] = "cuda"
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    init_seed: int
+    input_seed: int
+    calls: int = Field(ge=1)
+    gpu: str | None = None
+
+
+Request = Annotated[Union[CompileRequest, CandidateRequest, ReferenceRequest, IntrospectRequest, ProfileRequest],
+                    Field(discriminator="role")]
 _REQUEST: TypeAdapter[Request] = TypeAdapter(Request)
 
 
@@ -324,6 +340,13 @@ class Measured(Message):
     bytes_moved: int | None = None
     flops: int | None = None
     error: str = ""
+
+
+class Profiled(Message):
+    """A profile child ran its forward calls inside the NVTX range (ncu's numbers are in ncu's own file)."""
+
+    event: Literal["profiled"] = "profiled"
+    calls: int
 
 
 # What a candidate child sends, and how often: each event once, except one `stage` per stage and one `timing` per

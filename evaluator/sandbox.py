@@ -240,11 +240,12 @@ class Child:
     """One evaluator child, started at once; `begin` sends its request (after the gate, if any) and keeps the request
     pipe open, so a child can be talked to while it runs (`send`, `wait_for`): the reference server answers
     comparisons, a candidate waits for each handoff to be judged. `on_message` runs in the reader thread for every
-    message and may return a line to send back (a candidate's handoff is answered that way)."""
+    message and may return a line to send back (a candidate's handoff is answered that way). `runner`: a trusted
+    program the child is started under, inside the jail (the profile child's ncu)."""
 
     def __init__(self, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
                  stop: threading.Event | None = None, on_message: Callable[[dict], BaseModel | None] | None = None,
-                 jail: dict | None = None, env: dict[str, str] | None = None):
+                 jail: dict | None = None, env: dict[str, str] | None = None, runner: list[str] | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
@@ -256,7 +257,8 @@ class Child:
         self.cgroup, said = resources.for_child(limits.processes, limits.memory_mb) if jail else (None, "")
         with open(self.result.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                _jailed(jail, [sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)], self.cgroup, said), cwd=workdir,
+                _jailed(jail, [*(runner or []), sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)],
+                        self.cgroup, said), cwd=workdir,
                 env=scrubbed_env(workdir, build_dir, self.token) | (env or {}), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, pass_fds=(req_r, res_w), start_new_session=True,
                 preexec_fn=lambda: _prepare_child(limits, cap_address_space),

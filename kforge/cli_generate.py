@@ -89,6 +89,7 @@ def generate(
     contrast: Annotated[float, typer.Option("--contrast", min=0, help="with --islands: also show a slower and a faster archive kernel at least this many times apart (0: none)")] = 0.0,
     related_kernels: Annotated[int, typer.Option("--related", min=0, help="verified kernels of similar problems shown in a problem's first prompts")] = 0,
     sol_stop: Annotated[float, typer.Option("--sol-stop", min=0, max=1, help="a problem is done once a kernel reaches this fraction of the speed of light (0: never)")] = 0.9,
+    profile: Annotated[bool, typer.Option("--profile/--no-profile", help="on a GPU with ncu: profile each round's best correct kernel with Nsight Compute and show its metrics in the next refine prompt")] = True,
 ) -> None:
     """Ask an LLM for kernels, judge them, feed back what failed, and refine the best."""
 
@@ -102,7 +103,7 @@ def generate(
             config = RunConfig(samples=samples, turns=turns, concurrency=concurrency, out_dir=out_dir,
                                budget=budget or Budget(), archive=archive,
                                retrieval=RetrievalConfig(k=related_kernels) if related_kernels else None,
-                               sol_stop=sol_stop or None,
+                               sol_stop=sol_stop or None, profile=profile,
                                bandit=BanditConfig(temperatures=_temperatures(temperatures), seed=seed))
             models = list(dict.fromkeys(model or []))
             spec = runs.RunSpec(problems=_names(problem), model=models[0] if models else None, models=models[1:],
@@ -122,7 +123,8 @@ def generate(
     except (UserError, ProblemError, DatabaseError, EvaluatorError, LLMError, LedgerError, runs.RunError) as exc:
         err.print(f"kforge: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    for message in [e for r in results for e in r.errors] + [f"{r.problem} done: {r.reached}" for r in results if r.reached]:
+    profiled = [f"{r.problem}: Nsight Compute on {sha[:12]}: {said}" for r in results for sha, said in r.profiles.items()]
+    for message in [e for r in results for e in r.errors] + [f"{r.problem} done: {r.reached}" for r in results if r.reached] + profiled:
         err.print(f"kforge: {message}", markup=False, highlight=False, soft_wrap=True)
     reason = next((r.stopped for r in results if r.stopped), None)
     if not json_out:

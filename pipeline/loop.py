@@ -1,5 +1,6 @@
 """The agent loop: sample N candidates, judge them as they arrive, feed back what failed, refine a parent, store
-everything.
+everything. On a GPU, each round's best correct candidate is profiled with Nsight Compute (evaluator.profile) and
+its metrics go into the refine prompts of the samples that refine it.
 Parents are the problem's best (or latest failure), or, with an archive, drawn per sample from its island
 (pipeline/archive.py). With several models or temperatures, a bandit picks who answers each sample
 (pipeline/bandit.py).
@@ -17,7 +18,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from db import Database
-from evaluator import CandidateJob, EvalSettings, Evidence, Status, Verdict
+from evaluator import CandidateJob, EvalSettings, Evidence, Profile, Status, Verdict, profile
 from evaluator.hardware import device_name
 from judging.record import record_solution, record_verdict, register_problem
 from judging.reuse import NOT_REUSED, evaluate_and_record, split_stored, verdict_from_row
@@ -50,6 +51,7 @@ class RunConfig(BaseModel):
     sol_stop: float | None = Field(0.9, gt=0, le=1)  # a problem is done once a kernel reaches this fraction of the
     # speed of light (evaluator.contracts.SpeedOfLight); None: never
     bandit: BanditConfig = Field(default_factory=BanditConfig)  # how several models or temperatures share requests
+    profile: bool = True  # on CUDA: profile each round's best correct candidate with ncu for the next refine prompt
 
 
 class Candidate(BaseModel):
@@ -86,6 +88,7 @@ class RunResult(BaseModel):
     errors: list[str] = Field(default_factory=list)
     stopped: str | None = None  # the budget limit that ended the run
     reached: str | None = None  # why the problem was done before its turns ran out (a kernel near the speed of light)
+    profiles: dict[str, str] = Field(default_factory=dict)  # sha256 -> what its Nsight Compute profile gave, in words
     migrations: list[tuple[int, int, str]] = Field(default_factory=list)  # (from island, to island, sha256)
 
     def best(self) -> Candidate | None:
@@ -126,6 +129,7 @@ class Loop:
         self.events = events or (lambda kind, candidate: None)
         self.run_id = run_id
         self.meter = meter or Meter(config.budget)
+        self.profiles: dict[str, Profile] = {}  # sha256 -> its Nsight Compute profile (advice for the prompts only)
 
     def run(self, problem: Problem) -> RunResult:
         register_problem(self.database, problem)
@@ -148,7 +152,25 @@ class Loop:
                 result.migrations += self._grow(archive, drawn, turn)
             if result.stopped or result.reached or not drawn:
                 break
+            if turn + 1 < self.config.turns:
+                self._profile(problem, drawn, result)
         return result
+
+    def _profile(self, problem: Problem, drawn: list[Candidate], result: RunResult) -> None:
+        """One ncu run per round on CUDA (with config.profile): the round's best correct candidate, unless it was
+        profiled before; its metrics go into the next refine prompts that show its verdict."""
+        best = max((c for c in drawn if c.verdict is not None and c.verdict.ok and c.path is not None),
+                   key=Candidate.rank, default=None)
+        if not self.config.profile or self.settings.device != "cuda" or best is None:
+            return
+        sha = best.verdict.solution_sha256
+        if sha not in self.profiles:
+            source = self.database.get_solution(sha).source  # the code the verdict is of (a twin's, for a twin)
+            job = CandidateJob(path=best.path, problem=problem, source=source.encode())
+            median = best.verdict.candidate.median_ms if best.verdict.candidate else None
+            self.profiles[sha] = profile(job, self.settings, median)
+        got = self.profiles[sha]
+        result.profiles[sha] = f"{len(got.kernels)} kernel(s) profiled" if got.kernels else got.said
 
     def _archive(self, problem: Problem) -> Archive | None:
         if self.config.archive is None:
@@ -220,7 +242,8 @@ class Loop:
         if slot.partner:
             return crossover_messages(problem, program_of(slot.parent), program_of(slot.partner), device_name=shown_on,
                                       **where)
-        history = [Turn(source=slot.parent.source, verdict=slot.parent.verdict)] if slot.parent else []
+        history = [Turn(source=slot.parent.source, verdict=slot.parent.verdict,
+                        profile=self.profiles.get(slot.parent.sha256))] if slot.parent else []
         return chat_messages(problem, history, inspirations=slot.inspirations, device_name=shown_on,
                              related=slot.related, contrast=tuple(slot.contrast) or None, **where)
 

@@ -9,7 +9,7 @@ from typing import Literal
 import jinja2
 from pydantic import BaseModel
 
-from evaluator.contracts import Verdict
+from evaluator.contracts import Profile, Verdict
 from evaluator.diagnose import error_lines
 from reference_problems import Problem
 
@@ -25,6 +25,7 @@ class Turn(BaseModel):
 
     source: str
     verdict: Verdict
+    profile: Profile | None = None  # Nsight Compute's view of this candidate (evaluator/profiling.py), on a GPU
 
 
 class Program(BaseModel):
@@ -106,10 +107,12 @@ def _excerpt(verdict: Verdict, source: str, context: int = 2) -> str:
     return "\n".join(f"{i:4d} | {lines[i - 1]}" for i in keep)
 
 
-def render_feedback(verdict: Verdict, source: str) -> str:
-    """A refinement request: what the evaluator found wrong (or how fast it was), then ask for a better kernel.
-    Directories are dropped from paths: build and sandbox paths are noise to the model and private to us."""
-    text = ENV.get_template("feedback.j2").render(verdict=verdict, evidence=verdict.evidence, excerpt=_excerpt(verdict, source))
+def render_feedback(verdict: Verdict, source: str, profile: Profile | None = None) -> str:
+    """A refinement request: what the evaluator found wrong (or how fast it was), with Nsight Compute's metrics of
+    its top kernels when it was profiled, then ask for a better kernel. Directories are dropped from paths: build
+    and sandbox paths are noise to the model and private to us."""
+    text = ENV.get_template("feedback.j2").render(verdict=verdict, evidence=verdict.evidence, excerpt=_excerpt(verdict, source),
+                                                  profile=profile)
     return DIRECTORIES.sub("", text).strip()
 
 
@@ -150,7 +153,7 @@ def chat_messages(problem: Problem, history: list[Turn], target: Target = "cuda"
         messages[-1]["content"] += "\n\n" + render_related(related, device_name)
     for turn in history:
         messages.append({"role": "assistant", "content": fenced(turn.source)})
-        messages.append({"role": "user", "content": render_feedback(turn.verdict, turn.source)})
+        messages.append({"role": "user", "content": render_feedback(turn.verdict, turn.source, turn.profile)})
     if inspirations:
         messages[-1]["content"] += "\n\n" + render_inspirations(inspirations, device_name)
     if contrast:

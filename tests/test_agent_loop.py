@@ -103,3 +103,44 @@ def test_an_answer_is_judged_while_a_later_call_is_still_in_flight(tmp_path, dat
     assert seen.index(("judged", first)) < seen.index(("answered", 1 - first)), seen
     assert [c.sample for c in result.candidates] == [0, 1]
     assert sorted(c.status for c in result.candidates) == ["cheat", "truncated"]
+
+
+@pytest.mark.slow
+def test_on_cuda_each_rounds_best_correct_kernel_is_profiled_once_and_its_metrics_reach_the_next_refine_prompt(
+        tmp_path, database, settings, monkeypatch):
+    """The loop's profiling step, wired: evaluator.profile is replaced (ncu needs a GPU) and the step is run as on
+    CUDA; everything else is real. The round's correct kernel is profiled once per round (the same kernel again
+    next round is not profiled again), and the next turn's refine prompt carries its kernel line. On CPU the step
+    does nothing."""
+    import pipeline.loop as loop_module
+    from evaluator import KernelProfile, Profile
+
+    profiled = []
+
+    def fake_profile(job, eval_settings, median_ms):
+        profiled.append((job.sha256, eval_settings.device, median_ms))
+        return Profile(kernels=[KernelProfile(name="relu_kernel(float *, long)", launches=1, ms=0.01, share=1.0,
+                                              sm_pct=12.0, dram_pct=81.0)], calls=3)
+
+    monkeypatch.setattr(loop_module, "profile", fake_profile)
+    real_step = Loop._profile
+
+    def as_on_cuda(self, *args):
+        on_cpu, self.settings = self.settings, self.settings.model_copy(update={"device": "cuda"})
+        try:
+            return real_step(self, *args)
+        finally:
+            self.settings = on_cpu
+
+    with FakeLLMServer(lambda body, i: Reply(content=answer(FIXED_RELU, f"draft {i}"))) as server:
+        result = loop(server, database, settings, tmp_path, turns=2).run(resolve_problem("relu"))
+        assert profiled == [] and "Nsight Compute" not in server.requests[1]["messages"][-1]["content"]  # CPU: none
+        monkeypatch.setattr(Loop, "_profile", as_on_cuda)
+        result = loop(server, database, settings, tmp_path, turns=3, temperature=0.5).run(resolve_problem("relu"))
+        refine_prompts = [body["messages"][-1]["content"] for body in server.requests[3:]]
+    first = result.candidates[0]
+    assert first.status == "correct", first.verdict.evidence.cause
+    assert profiled == [(first.verdict.solution_sha256, "cuda", first.verdict.candidate.median_ms)]  # rounds 1, 2: once
+    assert result.profiles == {first.verdict.solution_sha256: "1 kernel(s) profiled"}
+    assert all("- `relu_kernel(float *, long)` 100%: SM throughput 12% of peak, DRAM throughput 81%." in prompt
+               for prompt in refine_prompts) and len(refine_prompts) == 2
