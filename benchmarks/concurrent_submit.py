@@ -3,7 +3,7 @@ after another), then all at once (N processes, one db), on one device. Prints on
 table: per candidate, its status and speedup alone and in the crowd, and how far apart they are.
 
     python benchmarks/concurrent_submit.py DB_URL CANDIDATE.py [CANDIDATE.py ...] [--device cuda]
-    (a candidate's problem is its folder's name; a file named twice is submitted twice)
+    (a candidate's problem is its folder's name; a file named twice is submitted once alone, twice at once)
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ def _verdict(proc: subprocess.Popen, label: str) -> dict:
 
 def main(db: str, paths: list[str], device: str) -> None:
     started = time.perf_counter()
-    alone = [_verdict(_submit(p, db, device), "alone") for p in paths]
+    solo = {p: _verdict(_submit(p, db, device), "alone") for p in dict.fromkeys(paths)}  # each file once
+    alone = [solo[p] for p in paths]
     alone_s, started = time.perf_counter() - started, time.perf_counter()
     procs = [_submit(p, db, device) for p in paths]
     crowd = [_verdict(proc, "crowd") for proc in procs]
     crowd_s = time.perf_counter() - started
-    print(f"\n{len(paths)} submitters: alone one after another {alone_s:.1f} s, all at once {crowd_s:.1f} s\n")
+    print(f"\n{len(solo)} files alone, one after another: {alone_s:.1f} s; {len(paths)} submitters at once: {crowd_s:.1f} s\n")
     print("| candidate | alone | crowd | crowd / alone |\n|---|---|---|---|")
     for path, a, c in zip(paths, alone, crowd):
         ratio = f"{c['speedup'] / a['speedup']:.3f}" if a.get("speedup") and c.get("speedup") else "-"
