@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import signal
+import statistics
 from dataclasses import dataclass, field
 
 from evaluator import diagnose
@@ -23,6 +24,10 @@ from evaluator.timing import flush_policy, implausible, method_name, ratio_inter
 from evaluator.trials import timed_rep
 from reference_problems import ProblemMeta
 
+# On a GPU, reference blocks beside the candidate this much slower than the reference timed alone were slowed by
+# it. GPU medians of one batch repeat within ~0.5 % (the repairs: 0.05-0.44 % across evaluations), and a false
+# alarm costs only the pairing: the speedup is then taken against the reference timed alone, as before pairing.
+DISTURBED = 0.05
 _LEAK_MIN_BYTES = {"host_rss": 16 * 2**20, "cuda_allocated": 2**20, "cuda_reserved": 2**20, "cuda_driver_used": 8 * 2**20}
 
 
@@ -263,7 +268,23 @@ def _pairing(case: _Case) -> Outcome | None:
 
 
 def _usable(case: _Case, samples: list[float]) -> bool:
-    return case.settings.paired and case.paired is not None and case.paired.usable(samples)
+    return case.settings.paired and case.paired is not None and case.paired.usable(samples) and not _disturbed(case)
+
+
+def _disturbed(case: _Case) -> str:
+    """Why the paired ratio cannot stand, or ''. On a GPU the lease keeps every other kforge process off the
+    device and the freeze stops the candidate's processes while a reference block runs, but kernels the
+    candidate queued before its pause (from a thread or a process of its own) run on: a reference slower beside
+    the candidate than alone was slowed by it, and its ratio would flatter the candidate. (On CPU the machine's
+    load moves both sides: that is what pairing is for.)"""
+    alone, paired = case.ref.timing, case.paired
+    if case.settings.device != "cuda" or alone is None or paired is None or not paired.reference:
+        return ""
+    beside = statistics.median(s for block in paired.reference for s in block)
+    if beside <= (1 + DISTURBED) * alone.median_ms:
+        return ""
+    return (f"the reference ran {100 * (beside / alone.median_ms - 1):.0f} % slower beside the candidate ({beside:.4g} "
+            f"ms) than alone ({alone.median_ms:.4g} ms): GPU work the candidate queued outlived its pauses")
 
 
 def _report(case: _Case) -> TimingReport | None:
@@ -283,6 +304,8 @@ def _report(case: _Case) -> TimingReport | None:
     else:
         reference_calls, speedup_interval = ref.reps if ref else None, ratio_interval(ref, mine) if ref else None
         interval = "from the two medians' 95 % intervals (reference and candidate timed apart)"
+        if disturbed := _disturbed(case):
+            interval = f"{disturbed}; so {interval}, the reference's own timing alone"
     return TimingReport(
         method=mine.method, calls=mine.reps, reference_calls=reference_calls, untimed_calls=model["untimed_calls"],
         warmup_ms=settings.warmup_ms, l2_flush=flush_policy(settings.device), fresh_inputs=model["fresh_inputs"],

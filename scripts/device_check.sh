@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "GPU evidence").
 # Usage: bash scripts/device_check.sh [evaluate|repeat N|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
-#        throughput [LEVEL]|audit [LEVELS]|doctor|all]
+#        throughput [LEVEL]|audit [LEVELS]|doctor|pairing|crowd|agent|all]
 # (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
-if [ -d .whl ]; then  # a machine without pydantic/sqlalchemy: install the carried wheels
+if [ -d .whl ]; then  # a machine without pydantic/sqlalchemy: the wheels scripts/device_wheels.sh fetched, carried
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 fi
@@ -57,6 +57,18 @@ audit() {  # all 250 problems at their own sizes: trivial answers, too fast to t
   python3 benchmarks/problem_audit.py ${KB:-.kb} --levels ${1:-1,2,3} --parallel ${PARALLEL:-2} --out "$OUT/audit.md"
 }
 doctor() { python3 -m kforge doctor | tee "$OUT/doctor.txt"; }
+pairing() {  # the repairs timed paired and apart, alternating batches (builds cached by an earlier step)
+  python3 benchmarks/gpu_pairing.py "$(staged $REPAIRS)" -n ${1:-2} --build-root "$KFORGE_BUILD_ROOT" | tee "$OUT/pairing.txt"
+}
+crowd() {  # 8 submitters at once vs each file alone (its db off $OUT: a WAL file would not come back)
+  local r="solutions/avg_pool_1d/repair_000_header_call.py solutions/matmul_maxpool_sum_scale/repair_003_completed.py
+    solutions/conv1d/repair_004_imports_decl_call.py solutions/conv1d/repair_002_cpp_sources.py"
+  kf evaluate "$(staged $r)" --device cuda --size full --jobs 14 --json >/dev/null  # the builds, so no submit compiles
+  python3 benchmarks/concurrent_submit.py sqlite:////tmp/kforge-crowd.db $r $r | tee "$OUT/concurrent.txt"
+}
+agent() {  # two turns of the agent against the scripted server: turn 2's refine prompt with Nsight Compute's metrics
+  python3 benchmarks/agent_profile_demo.py "$OUT/refine_prompt_ncu.txt" "$@" 2>&1 | tee "$OUT/agent_demo.txt"
+}
 timeline() {  # kernels, gaps and slow host calls inside each timed call (after an evaluation left the builds)
   for f in "${@:-$REPAIRS}"; do python3 benchmarks/kernel_timeline.py "$f" "$(basename "$(dirname "$f")")"; done | tee -a "$OUT/timeline.jsonl"
 }
@@ -64,7 +76,8 @@ cmd=${1:-all}; shift || true
 case "$cmd" in
   evaluate) evaluate ;; repeat) repeat "$@" ;; probe) probe ;; ncu) ncu "$@" ;; gpu-tests) gpu_tests ;;
   adversarial) adversarial ;; memory) memory ;; speed) speed "$@" ;; timeline) timeline "$@" ;;
-  throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;;
+  throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;; pairing) pairing "$@" ;; crowd) crowd ;;
+  agent) agent "$@" ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
 esac
 kf leaderboard
