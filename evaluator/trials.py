@@ -62,7 +62,7 @@ def make_inputs(problem: ModuleType, seed: int, device: str, into: list | None =
     (the tensors of an earlier call), new values are written into those tensors where the problem allows."""
     with torch._C.DisableTorchFunctionSubclass(), torch._C._DisableTorchDispatch(), torch.device(device):
         torch.manual_seed(seed)
-        if into is None or device != "cuda":
+        if into is None:
             return list(problem.get_inputs())
         with _Into(into):
             return list(problem.get_inputs())
