@@ -244,14 +244,6 @@ def _pin(gpu: str | None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
 
 
-def timing_cores(threads: int) -> set[int]:
-    """The cores a CPU run is timed on: the last `threads` of those kforge may use, the same for the reference
-    and every candidate (each inherits kforge's mask). Pairing cancels what changes over time; one place cancels
-    what differs between cores: a reference timed on a quiet core beside a candidate on a busy one (or the
-    reverse) measured 0.65x for identical work with one core hogged."""
-    return set(sorted(os.sched_getaffinity(0))[-threads:])
-
-
 def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
     if _own_network() and not isinstance(req, ProfileRequest):
         raise RuntimeError(f"kforge: a {req.role} child must not run in the profile jail (its network is open)")
@@ -263,8 +255,6 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
     _strict_fp32()
     if device == "cpu":
         torch.set_num_threads(req.cpu_threads)  # reference and candidate get the same cores
-        if isinstance(req, (ReferenceRequest, CandidateRequest)):
-            os.sched_setaffinity(0, timing_cores(req.cpu_threads))
         _steady_malloc()
     chan.send(_environment(device, confined))
     problem = loading.load_problem(Path(req.problem_path), req.overrides)
