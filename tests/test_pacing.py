@@ -156,7 +156,8 @@ def test_four_submitters_at_once_get_the_verdicts_they_get_alone(build_root, tmp
     assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in results]
     verdicts = {Path(line["path"]).name: line for line in (json.loads(out) for out, _ in results)}
     assert {name: v["status"] for name, v in verdicts.items()} == expect
-    assert verdicts["cpu_fused_o3.py"]["speedup"] > 1.5 and 0.85 <= verdicts[SAME.name]["speedup"] <= 1.15, verdicts
+    # the identical candidate's bound is the one of the hogged test above (stop 19: 1.25x here, 0.35x pinned)
+    assert verdicts["cpu_fused_o3.py"]["speedup"] > 1.5 and 0.6 <= verdicts[SAME.name]["speedup"] <= 1.4, verdicts
 
 
 SPINNERS = "for i in 1 2 3 4 5 6; do (while :; do :; done) & done; wait"  # three per core of a CI machine
