@@ -46,6 +46,8 @@ from pathlib import Path
 import torch
 import torch.utils.cpp_extension as cpp_extension
 
+from evaluator.static import parse
+
 HEADER = "torch/extension.h"
 BUILD_TIMEOUT_S = 900.0  # ~70 s of CPU; wall time is what a loaded machine makes of it (a compile child gets 900 s too)
 _PROBE_NAME = "kforge_pch_probe"
@@ -193,7 +195,7 @@ def predicted_builds(source: str) -> list[tuple[tuple[str, ...], bool]]:
     """(extra_cflags, with_cuda) of each load_inline call whose arguments are literals (or names assigned a
     literal at module level), in the candidate's source. Others are simply not predicted."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError):
         return []
     names, assigned = {"load_inline"}, {}

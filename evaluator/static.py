@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 
 from pydantic import BaseModel
 
@@ -13,6 +14,17 @@ from evaluator.contracts import Status
 _CUT_OFF = re.compile(r"unterminated (triple-quoted )?string|was never closed|unexpected EOF|expected an indented block")
 _CODE_LINE = re.compile(r"^\s*(import |from \S+ import |def |class |@\w|\w+\s*=)", re.MULTILINE)
 _CUDA_HINTS = re.compile(r"cuda_sources\s*=|\.cuda\(\)|device\s*=\s*['\"]cuda|__global__|<<<")
+
+
+_PARSING = threading.Lock()
+
+
+def parse(source: str) -> ast.Module:
+    """ast.parse, one thread at a time: CPython 3.11 keeps the AST builder's recursion depth in state shared by
+    threads (gh-106905), so a parse that a finaliser interrupts mid-tree fails another thread's with SystemError.
+    The refinement loop extracts answers in worker threads while it judges others."""
+    with _PARSING:
+        return ast.parse(source)
 
 
 class StaticCheck(BaseModel):
@@ -48,7 +60,7 @@ def _defines_model_new(tree: ast.Module) -> bool:
 def check_source(source: str) -> StaticCheck:
     """Parse without running: truncation, syntax errors and a missing ModelNew cost no compile."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as exc:
         return _syntax_cause(source, exc)
     if not _defines_model_new(tree):

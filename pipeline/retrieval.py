@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from db import Database, LeaderRow
+from evaluator.static import parse
 from pipeline.features import technique
 from prompts import Example
 from reference_problems import Problem
@@ -62,7 +63,7 @@ def _call_name(func: ast.expr) -> str | None:
 def signature(source: str) -> frozenset[str]:
     """The operators the Model class of a reference calls (empty if the file is not Python or has no Model)."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return frozenset()
     found = set()
@@ -78,7 +79,7 @@ def signature(source: str) -> frozenset[str]:
 def input_ranks(source: str) -> tuple[int, ...]:
     """The rank of each tensor get_inputs returns, from its torch.rand*(d0, d1, ...) calls; () where unreadable."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return ()
     body = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_inputs"), None)

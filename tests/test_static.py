@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 from conftest import SOLUTIONS
 from evaluator import Status
 from evaluator.diagnose import hint_for
@@ -41,3 +44,35 @@ def test_hints_name_the_seed_failures():
     binding = "main.cpp:4:50: error: 'f' was not declared in this scope\n    4 | m.def(\"f\", torch::wrap_pybind_function(f));"
     assert "cpp_sources" in hint_for(binding)
     assert hint_for("main.cpp:11:25: error: 'n' was not declared in this scope\n   11 |     for (i = 0; i < n; ++i)") == ""
+
+
+class _Finalised:
+    """A cycle whose finaliser switches threads: the collector runs it in the middle of whatever allocates."""
+
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        time.sleep(0)
+
+
+def test_sources_parse_in_many_threads_at_once():
+    """The loop extracts answers in worker threads while it judges others; CPython 3.11's AST builder shares its
+    recursion depth between threads (SystemError 'AST constructor recursion depth mismatch' in stop 19's CI)."""
+    source, failures = (SOLUTIONS / "scale_bias_hardswish/cpu_fused_o3.py").read_text(), []
+
+    def parse_many():
+        for _ in range(300):
+            [_Finalised() for _ in range(50)]
+            try:
+                assert check_source(source).status is None
+            except Exception as exc:  # noqa: BLE001 - any failure in a thread is the finding
+                failures.append(exc)
+                return
+
+    threads = [threading.Thread(target=parse_many) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
