@@ -138,7 +138,7 @@ def _probe(req: CandidateRequest, model, problem, fresh: trials.FreshInputs, cha
     inputs, changed = fresh.inputs, changed or fresh.changed()
     outputs = {label: save(outs, label) for label, outs in kept.items()}
     kept.clear()
-    if trials.refill(inputs, problem, req.verify_seed, device):
+    if trials.refill(inputs, problem, req.verify_seed, device, fresh.held()):
         with torch.no_grad():
             value = model(*inputs)
         _sync(device)()

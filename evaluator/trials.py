@@ -201,21 +201,34 @@ def _aliased(targets: list, fresh: list) -> bool:
                for a, b in zip(targets, fresh))
 
 
-def refill(inputs: list, problem: ModuleType, seed: int, device: str) -> bool:
+def _fits(inputs: list, fresh: list) -> bool:
+    return len(fresh) == len(inputs) and all(
+        (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype)
+        or (not isinstance(a, torch.Tensor) and a == b) for a, b in zip(inputs, fresh))
+
+
+def _copy_into(inputs: list, fresh: list) -> None:
+    with trusted():
+        for a, b in zip(inputs, fresh):
+            if isinstance(a, torch.Tensor) and b is not a:
+                _T.copy_(a, b)
+
+
+def refill(inputs: list, problem: ModuleType, seed: int, device: str, held: int) -> bool:
     """Write the inputs of another seed into the same tensors (same objects, same addresses): a result
-    cached on identity or data_ptr goes stale. False if the new inputs do not fit."""
+    cached on identity or data_ptr goes stale. False if the new inputs do not fit; the in-place pass may have
+    written some of them by then, so the values of `held` (the seed they held) are written back: the inputs
+    always hold one seed's values, the one their label names."""
     fresh = make_inputs(problem, seed, device, into=inputs)
     if _aliased(inputs, fresh):  # e.g. `x = rand(); return [x @ w, x]`: copying in order would clobber one
         fresh = make_inputs(problem, seed, device)
-    fits = len(fresh) == len(inputs) and all(
-        (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype)
-        or (not isinstance(a, torch.Tensor) and a == b) for a, b in zip(inputs, fresh))
-    if fits:
-        with trusted():
-            for a, b in zip(inputs, fresh):
-                if isinstance(a, torch.Tensor) and b is not a:
-                    _T.copy_(a, b)
-    return fits
+    if _fits(inputs, fresh):
+        _copy_into(inputs, fresh)
+        return True
+    back = make_inputs(problem, held, device)
+    if _fits(inputs, back):
+        _copy_into(inputs, back)
+    return False
 
 
 TIMED = "timed_"  # label prefix of a timed call's outputs: "timed_<rep>"
@@ -247,7 +260,7 @@ class FreshInputs:
 
     def __call__(self, rep: int) -> None:
         start = time.perf_counter()
-        self.on = self.on and refill(self.inputs, self.problem, rep_seed(self.seed, rep), self.device)
+        self.on = self.on and refill(self.inputs, self.problem, rep_seed(self.seed, rep), self.device, self.held())
         if self.on:
             self.filled = rep
         if rep >= 0:
@@ -261,7 +274,10 @@ class FreshInputs:
         return ("fresh: new values before every call from a secret per-call seed, written into the same tensors"
                 if self.on else "fixed: the problem's inputs change shape or arguments with the seed")
 
+    def held(self) -> int:
+        """The seed whose values the inputs hold."""
+        return self.seed if self.filled is None else rep_seed(self.seed, self.filled)
+
     def changed(self) -> bool:
         """Whether the inputs no longer hold what was last written into them: the candidate wrote into them."""
-        seed = self.seed if self.filled is None else rep_seed(self.seed, self.filled)
-        return fingerprint(self.inputs) != fingerprint(make_inputs(self.problem, seed, self.device))
+        return fingerprint(self.inputs) != fingerprint(make_inputs(self.problem, self.held(), self.device))

@@ -117,12 +117,34 @@ def test_a_refill_writes_into_the_inputs_without_a_second_copy_and_never_mixes_t
             return torch._C.TensorBase.copy_(a, b)
 
     monkeypatch.setattr(trials, "_T", Counted())
-    assert trials.refill(inputs, problem, 5, "cpu")
+    assert trials.refill(inputs, problem, 5, "cpu", 1)
     assert [t.data_ptr() for t in inputs[:2]] == addresses
     assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(inputs, want))
     assert made == ([True] if in_place else [True, False])
     if in_place:  # only the computed input (randn * 2 - 1) is copied; the plain draws were made in place
         assert copied == [torch.Size([256, 256])]
+
+
+def test_inputs_whose_shape_changes_with_the_seed_keep_the_values_of_their_label():
+    """The in-place pass writes the square input before the seed's other input turns out not to fit: the
+    refill must put back the values of the seed they held, or timed calls are compared with another seed's
+    expected outputs."""
+    import types
+
+    from evaluator import trials
+
+    problem = types.ModuleType("ragged")
+    exec("import torch\ndef get_inputs():\n    n = int(torch.randint(1, 4, ()).item())\n"
+         "    return [torch.rand(64, 64), torch.rand(n, 8)]", problem.__dict__)
+    rows = {seed: trials.make_inputs(problem, seed, "cpu")[1].shape[0] for seed in range(1, 40)}
+    other = next(seed for seed, n in rows.items() if n != rows[1])
+    inputs, want = trials.make_inputs(problem, 1, "cpu"), trials.make_inputs(problem, 1, "cpu")
+    assert not trials.refill(inputs, problem, other, "cpu", 1)
+    assert all(torch.equal(a, b) for a, b in zip(inputs, want))
+    fresh = trials.FreshInputs(inputs, problem, 1, "cpu")
+    reps = [rep for rep in range(40) if rows[1] != trials.make_inputs(problem, trials.rep_seed(1, rep), "cpu")[1].shape[0]]
+    fresh(reps[0])
+    assert not fresh.on and fresh.label() == "timing" and not fresh.changed()
 
 
 def test_the_floor_is_the_larger_bound_and_half_of_it_is_impossible():
