@@ -22,7 +22,7 @@ from evaluator.hardware import visible_gpus
 from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
 from evaluator.results import ChildResult
 from evaluator.sandbox import Child, jail_spec, require_layers, run_tool
-from evaluator.timing import CPU_CHILD_ENV
+from evaluator.timing import CPU_CHILD_ENV, cpu_cores
 from reference_problems import Problem
 
 DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
@@ -44,6 +44,7 @@ class Batch:
         self.timing_seed, self.verify_seed = secrets.randbits(31), secrets.randbits(31)
         self.probe_fraction = 0.2 + 0.6 * secrets.randbelow(1000) / 1000  # which timed rep gets its output checked
         self.build_root = settings.build_root or DEFAULT_BUILD_ROOT
+        self.cores = cpu_cores(settings.cpu_threads, os.sched_getaffinity(0))  # (timing, the others): CPU runs
         self._check_sandbox()
         self.stop = threading.Event()  # set when the batch ends early: running children are stopped
         self._free = set(self.gpus)
@@ -78,7 +79,8 @@ class Batch:
         scratch.mkdir(parents=True, exist_ok=True)
         spec = jail_spec([scratch], [self.build_root / "pch"])
         limits = Limits(timeout_s=precompiled.BUILD_TIMEOUT_S)
-        return lambda cmd, log: run_tool(cmd, scratch, spec, limits, log, self.stop)
+        cores = self.cores[1] if self.settings.device == "cpu" else None  # off the timing cores, as compiles are
+        return lambda cmd, log: run_tool(cmd, scratch, spec, limits, log, self.stop, cores)
 
     def reference_seeds(self) -> list[tuple[str, int]]:
         """The reference computes every output a candidate is checked against: its trials, timed and verify calls."""
@@ -111,10 +113,13 @@ class Batch:
 
     def spawn(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
               on_message: Callable[[dict], dict | None] | None = None, publish: bool = False) -> Child:
-        """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request."""
+        """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request. On
+        CPU a compile child (`publish`) runs off the timing cores, any other on them (it is spawned once the CPU
+        is held, and its reference is timed beside it there)."""
         cpu = self.settings.device == "cpu"
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
-                     jail=self.jail(workdir, build_dir, problem, candidate, publish), env=CPU_CHILD_ENV if cpu else None)
+                     jail=self.jail(workdir, build_dir, problem, candidate, publish), env=CPU_CHILD_ENV if cpu else None,
+                     cores=self.cores[1 if publish else 0] if cpu else None)
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
             gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:

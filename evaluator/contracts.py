@@ -171,7 +171,9 @@ class Evidence(BaseModel):
     compile_s: float | None = None
     cache_hit: bool | None = None
     build_steps_s: dict[str, float] = Field(default_factory=dict)  # ninja step (object file, link) -> seconds
-    stage_s: dict[str, float] = Field(default_factory=dict)  # wall seconds: the compile child, then each run stage
+    # wall seconds: the compile child; this candidate's wait for its problem's reference (the device included) and
+    # that reference's run from request to ready (once per problem, shared); then each stage of its own run
+    stage_s: dict[str, float] = Field(default_factory=dict)
     gpu: str | None = None  # the CUDA device id (as in CUDA_VISIBLE_DEVICES) the candidate ran on
     sandbox: dict[str, str] = Field(default_factory=dict)  # layer -> "on ..." or "off: why", as the child ran
     timing: TimingReport | None = None

@@ -222,11 +222,13 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     child = batch.spawn(prep.workdir, prep.build_dir, problem, prep.candidate,
                         on_message=_relay(batch, prep, server, comparisons, pacer))
     pacer.hold = child.paused  # the candidate's processes are stopped while its reference block runs
+    waiting = time.monotonic()
     try:
         ref = server.ready(take)
     except ReferenceFailed as exc:
         child.finish(wait=False)
         return _verdict(prep.job, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
+    waited_s = time.monotonic() - waiting
     budget = run_budget(settings, ref)
     child.limits = budget.limits
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=lambda: take(server.gpu))
@@ -238,7 +240,8 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
     verdict.evidence.compile_s, verdict.evidence.cache_hit = build.get("seconds"), build.get("cache_hit")
     verdict.evidence.build_steps_s = build.get("steps") or {}
-    verdict.evidence.stage_s = {"compile_child": round(compiled.wall_s, 3), **result.stage_seconds(), "judge": round(judge_s, 3)}
+    verdict.evidence.stage_s = {"compile_child": round(compiled.wall_s, 3), "reference_wait": round(waited_s, 3),
+                                "reference_run": round(ref.run_s, 3), **result.stage_seconds(), "judge": round(judge_s, 3)}
     verdict.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
     verdict.evidence.notes += _notes(compiled, result)
     verdict.evidence.sandbox = (result.last("env") or {}).get("sandbox") or {}

@@ -150,12 +150,15 @@ def _jailed(spec: dict | None, cmd: list[str], group: resources.Cgroup | None = 
     return [sys.executable, str(_JAIL), json.dumps(spec), "--", *cmd]
 
 
-def _prepare_child(limits: Limits, cap_address_space: bool) -> None:
+def _prepare_child(limits: Limits, cap_address_space: bool, cores: set[int] | None = None) -> None:
     """Runs in the child before exec. CUDA reserves huge virtual ranges, so RLIMIT_AS only for CPU runs.
     RLIMIT_CPU caps each process at the CPU seconds its wall budget could use on every core.
     RLIMIT_FSIZE caps each file it writes (Python then gets EFBIG); RLIMIT_NPROC would not bind root.
     SIGINT is the polite stop (Python turns it into KeyboardInterrupt, and torch's build then removes its
-    lock file), so it must not be inherited as ignored; the child gets it too if kforge itself dies."""
+    lock file), so it must not be inherited as ignored; the child gets it too if kforge itself dies. `cores`:
+    where it and every thread and process it starts run (timing.cpu_cores)."""
+    if cores:
+        os.sched_setaffinity(0, cores)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -168,7 +171,8 @@ def _prepare_child(limits: Limits, cap_address_space: bool) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
-def run_tool(cmd: list[str], workdir: Path, spec: dict, limits: Limits, log: Path, stop: threading.Event) -> int | None:
+def run_tool(cmd: list[str], workdir: Path, spec: dict, limits: Limits, log: Path, stop: threading.Event,
+             cores: set[int] | None = None) -> int | None:
     """A program kforge trusts (the compiler of a precompiled header) run on input a candidate chose (flags read
     from its source): in the jail and under the children's seccomp filter, writing only `workdir`. Its exit
     status, or None when it ran out of time or the batch was stopped (it is killed, and its namespace with it)."""
@@ -178,7 +182,7 @@ def run_tool(cmd: list[str], workdir: Path, spec: dict, limits: Limits, log: Pat
         proc = subprocess.Popen(_jailed(spec, confined, group, said), cwd=workdir,
                                 env=scrubbed_env(workdir, workdir, secrets.token_hex(16)), stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=lambda: _prepare_child(limits, cap_address_space=False))
+                                preexec_fn=lambda: _prepare_child(limits, cap_address_space=False, cores=cores))
     deadline = time.monotonic() + limits.timeout_s
     try:
         while proc.poll() is None:
@@ -241,11 +245,12 @@ class Child:
     pipe open, so a child can be talked to while it runs (`send`, `wait_for`): the reference server answers
     comparisons, a candidate waits for each handoff to be judged. `on_message` runs in the reader thread for every
     message and may return a line to send back (a candidate's handoff is answered that way). `runner`: a trusted
-    program the child is started under, inside the jail (the profile child's ncu)."""
+    program the child is started under, inside the jail (the profile child's ncu); `cores`: the CPUs it runs on."""
 
     def __init__(self, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
                  stop: threading.Event | None = None, on_message: Callable[[dict], BaseModel | None] | None = None,
-                 jail: dict | None = None, env: dict[str, str] | None = None, runner: list[str] | None = None):
+                 jail: dict | None = None, env: dict[str, str] | None = None, runner: list[str] | None = None,
+                 cores: set[int] | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
@@ -261,7 +266,7 @@ class Child:
                         self.cgroup, said), cwd=workdir,
                 env=scrubbed_env(workdir, build_dir, self.token) | (env or {}), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, pass_fds=(req_r, res_w), start_new_session=True,
-                preexec_fn=lambda: _prepare_child(limits, cap_address_space),
+                preexec_fn=lambda: _prepare_child(limits, cap_address_space, cores),
             )
         os.close(req_r)
         os.close(res_w)

@@ -24,17 +24,33 @@ _PAIRS = 10  # paced: rounds are made small enough that the reps budget holds at
 CPU_CHILD_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
 
 
+def cpu_cores(threads: int, allowed: set[int]) -> tuple[set[int], set[int]]:
+    """(timing cores, the others) on CPU: the last `threads` of the cores kforge may use time every reference and
+    candidate; kforge's other children (compiles, of every submitter) run on the rest. The same work timed on
+    two cores of this VM by two fresh processes measured 0.73-1.38x; on one core, 0.92-1.07x. Where no core is
+    left over, the others share them."""
+    ordered = sorted(allowed)
+    timed = set(ordered[-threads:])
+    return timed, (set(ordered) - timed) or timed
+
+
 def _estimate_ms(fn: Callable, sync: Callable, untimed: Callable[[], None]) -> float:
-    """What one rep costs, its fill of fresh inputs included, from 3 of them: the warmup and rep budgets are
-    spent on both (a fill can cost more than a fast kernel). Each call gets fresh inputs like the timed ones, so
-    a cache cannot shorten the estimate."""
+    """What one rep costs, its fill of fresh inputs included: the median of 5 after one more. The warmup and rep
+    budgets are spent on both (a fill can cost more than a fast kernel). The first fill pays one-off costs (its
+    in-place pass loads torch's meta kernels: 0.26 s on CPU, 1.7 ms each after), and on this VM one call in a
+    few stalls for tens of ms: in a mean of 3 they left a 1 s budget 11 reps, in rounds of one. Each call gets
+    fresh inputs like the timed ones, so a cache cannot shorten the estimate."""
+    untimed()
+    fn()
     sync()
-    start = time.perf_counter()
-    for _ in range(3):
+    costs = []
+    for _ in range(5):
+        start = time.perf_counter()
         untimed()
         fn()
-    sync()
-    return max((time.perf_counter() - start) * 1e3 / 3, 1e-4)
+        sync()
+        costs.append((time.perf_counter() - start) * 1e3)
+    return max(statistics.median(costs), 1e-4)
 
 
 def _cuda_round(fn: Callable, first: int, n: int, flush: torch.Tensor, least: int, on_rep: Callable,

@@ -1,4 +1,8 @@
-"""The reference's own ops, called from C++: the same work as the reference, so the same time (issue 19)."""
+"""The reference's own ops, called from C++: the same work as the reference, so the same time (issue 19).
+
+Each temporary is freed where Python frees the reference's: one C++ expression keeps its temporaries to its
+end, and `y * clamp(y + 3, 0, 6) / 6` in one expression held two more megabytes per call than the eager
+reference; in separate processes on one core it timed 0.78-0.95x (stop 20)."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -6,9 +10,12 @@ from torch.utils.cpp_extension import load_inline
 _SRC = """
 #include <torch/extension.h>
 torch::Tensor same(torch::Tensor x, torch::Tensor bias, double scale) {
-    auto y = x * scale;
+    torch::Tensor y = x * scale;
     y = y + bias;
-    return y * torch::clamp(y + 3.0, 0.0, 6.0) / 6.0;
+    torch::Tensor c = torch::clamp(y + 3.0, 0.0, 6.0);
+    torch::Tensor m = y * c;
+    c.reset();
+    return m / 6.0;
 }
 """
 _ext = load_inline("kforge_same_as_reference", cpp_sources=_SRC, functions=["same"])
