@@ -301,6 +301,8 @@ def _report(case: _Case) -> TimingReport | None:
         reference_calls, speedup_interval = sum(map(len, pairs)), [low, high]
         interval = (f"the median of {len(pairs)} paired ratios: the reference timed beside each round of the "
                     f"candidate, before or after it by a secret coin")
+        if settings.device == "cpu":  # stop 20: identical work in two fresh processes on one core, 0.92-1.07x
+            interval += "; on CPU it spans this pair of processes only: fresh ones can time the same work ~10 % apart"
     else:
         reference_calls, speedup_interval = ref.reps if ref else None, ratio_interval(ref, mine) if ref else None
         interval = "from the two medians' 95 % intervals (reference and candidate timed apart)"
