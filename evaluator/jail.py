@@ -187,7 +187,7 @@ def _inside(spec: dict, cmd: list[str]) -> None:
         layers["proc"] = f"off: {exc}"
     layers["cache"] = _own_build_dir(spec, why_not="" if layers["proc"] == "on" else "no private mounts")
     if spec.get("profile"):
-        layers |= _profile_walls(layers["proc"])
+        layers |= _profile_walls(spec, layers["proc"])
     _drop_capabilities()
     layers["caps"] = "on"
     layers["landlock"] = _landlock(spec)
@@ -196,13 +196,16 @@ def _inside(spec: dict, cmd: list[str]) -> None:
     os.execvpe(cmd[0], cmd, os.environ)
 
 
-def _profile_walls(proc: str) -> dict[str, str]:
+def _profile_walls(spec: dict, proc: str) -> dict[str, str]:
     """The profile variant's own walls, built while this process still has its capabilities: loopback up in the
     network namespace main() made, and a private tmpfs on /dev/shm (Landlock then lets the child write it; what it
     writes never reaches the host's /dev/shm and dies with the namespace). Raises when either cannot be made, so
     the child does not start with TCP or /dev/shm opened to it."""
     if proc != "on":
         raise OSError(0, f"no private mount namespace for /dev/shm ({proc})")
+    hidden = [p for p in [*spec["write"], *spec["read"]] if os.path.realpath(p).startswith("/dev/shm/")]
+    if hidden:  # the private tmpfs would hide them: the child would start without its own folder
+        raise OSError(0, f"{hidden[0]} lies under /dev/shm, which the profile jail replaces with a tmpfs of its own")
     _loopback_up()
     _mount("tmpfs", "/dev/shm", "tmpfs", f"size={_SHM_SIZE},mode=1777")
     return {"network": "on (own namespace, loopback only: ncu talks to its target over it)",

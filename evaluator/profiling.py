@@ -65,7 +65,7 @@ def profile(job: CandidateJob, settings: EvalSettings, median_ms: float | None =
     build_dir = build_root / build_key(job.text, "cuda")
     if not any(build_dir.rglob("*.so")):
         return Profile(said="no build of this candidate in the cache (it is profiled after its evaluation)")
-    scratch = Path(tempfile.mkdtemp(prefix="kforge-profile-"))
+    scratch = Path(tempfile.mkdtemp(prefix="kforge-profile-", dir=scratch_parent()))
     scratch.chmod(0o711)  # as a batch's root: a child running as another uid reaches its own folder in it
     try:
         require_layers(scratch, settings.sandbox)
@@ -74,6 +74,13 @@ def profile(job: CandidateJob, settings: EvalSettings, median_ms: float | None =
         return Profile(said=str(exc))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def scratch_parent() -> str:
+    """Where a profile's scratch goes: the temporary folder, unless it lies in /dev/shm (TMPDIR=/dev/shm keeps a
+    batch's big outputs in RAM), which the profile jail replaces with a private tmpfs; then /tmp."""
+    parent = os.path.realpath(tempfile.gettempdir())
+    return "/tmp" if parent == "/dev/shm" or parent.startswith("/dev/shm/") else parent
 
 
 def budget_s(median_ms: float | None, limit_s: float) -> float:

@@ -201,3 +201,26 @@ def test_a_profile_request_is_part_of_the_protocol_and_no_other_role_runs_in_the
         pytest.skip(f"this machine refuses the profile jail: {result.log_tail(300)}")
     assert result.last("measured") is None
     assert "must not run in the profile jail" in result.last("error")["message"], result.log_tail(2000)
+
+
+def test_a_scratch_under_dev_shm_is_refused_by_the_profile_jail_and_profiles_keep_theirs_elsewhere(tmp_path, monkeypatch):
+    """The profile jail mounts a private tmpfs on /dev/shm, which would hide a scratch folder made there (the GPU
+    host's scripts set TMPDIR=/dev/shm): the jail says so instead of a child that cannot find its folder, and a
+    profile's scratch goes to /tmp when the temporary folder is in /dev/shm."""
+    from evaluator.profiling import scratch_parent
+
+    monkeypatch.setattr("tempfile.tempdir", "/dev/shm")
+    assert scratch_parent() == "/tmp"
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    assert scratch_parent() == os.path.realpath(tmp_path)
+
+    shm = Path(f"/dev/shm/kforge-profile-scratch-{os.getpid()}")
+    shm.mkdir(mode=0o711)
+    try:
+        proc = _jailed_child(shm, 1, profile_jail=True)
+    finally:
+        shm.rmdir()
+    assert proc.returncode != 0 and proc.stdout == ""
+    if "lies under /dev/shm" not in proc.stderr and "no private mount namespace" in proc.stderr:
+        pytest.skip(f"this machine refuses the profile jail: {proc.stderr.strip()}")
+    assert f"{shm} lies under /dev/shm, which the profile jail replaces" in proc.stderr
