@@ -1,6 +1,6 @@
 """Candidates per hour per GPU on KernelBench at its own sizes: one compiled candidate per problem, ONE batch.
 
-Usage: python benchmarks/kernelbench_throughput.py KERNELBENCH_DIR [--level 1] [--first N] [--modes cold,warm]
+Usage: python benchmarks/kernelbench_throughput.py KERNELBENCH_DIR [--level 1] [--ids 1-6,19] [--modes cold,warm]
        [--jobs N] [--device cuda] [--out FILE.json]
 
 Each candidate is the problem's own source with `ModelNew(Model)` whose forward copies every output through a real
@@ -84,9 +84,21 @@ class ModelNew(Model):
 '''
 
 
-def write_candidates(kernelbench: Path, level: int, first: int | None, out: Path, device: str) -> list[CandidateJob]:
+def problem_ids(text: str | None) -> set[int] | None:
+    """'1-6,19,34-39' -> those problem numbers; None (all) for no text."""
+    if not text:
+        return None
+    ids = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        ids.update(range(int(low), int(high or low) + 1))
+    return ids
+
+
+def write_candidates(kernelbench: Path, level: int, ids: set[int] | None, out: Path, device: str) -> list[CandidateJob]:
     """KernelBench's run-directory layout: level_L_problem_P_sample_0_kernel.py, one per problem."""
-    files = sorted((kernelbench / f"level{level}").glob("*.py"), key=lambda p: int(p.name.split("_")[0]))[:first]
+    files = sorted((p for p in (kernelbench / f"level{level}").glob("*.py") if ids is None or int(p.name.split("_")[0]) in ids),
+                   key=lambda p: int(p.name.split("_")[0]))
     sources = (f'cpp_sources="torch::Tensor copy(torch::Tensor x);", cuda_sources={_CUDA!r}' if device == "cuda"
                else f"cpp_sources={_CPP!r}, extra_cflags=['-O2']")
     jobs = []
@@ -191,7 +203,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kernelbench", type=Path)
     ap.add_argument("--level", type=int, default=1)
-    ap.add_argument("--first", type=int, default=None, help="only the first N problems of the level")
+    ap.add_argument("--ids", default=None, help="only these problems of the level, e.g. 1-6,19,34-39")
     ap.add_argument("--modes", default="cold,warm")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--device", default="cuda")
@@ -200,7 +212,7 @@ def main() -> None:
     args = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="kb-throughput-"))
     (scratch / "run").mkdir()
-    jobs = write_candidates(args.kernelbench, args.level, args.first, scratch / "run", args.device)
+    jobs = write_candidates(args.kernelbench, args.level, problem_ids(args.ids), scratch / "run", args.device)
     settings = EvalSettings(device=args.device, size="full" if args.device == "cuda" else "small", jobs=args.jobs,
                             build_root=args.build_root or scratch / "builds")
     report = {"level": args.level, "problems": len(jobs), "jobs": args.jobs, "modes": []}

@@ -81,32 +81,46 @@ def _sync(device: str):
 
 
 _CHECKED_REPS = 3  # timed reps at secret positions whose outputs are checked, besides the last one
+_SNAPSHOT_SHARE = 0.1  # of the device's memory: what the kept snapshots may take together (6.4 GB outputs: one)
 
 
 class _Keeper:
     """on_rep hook of the timed loop: snapshots the outputs of _CHECKED_REPS reps at secret positions among those
     sure to run, and of every rep that may be the last (each replaces the one before), under the label of the
-    inputs they were computed from."""
+    inputs they were computed from. As many as fit in `budget` bytes, secret ones first, and at least one: four
+    copies of a 7.5 GB output beside the candidate's own tensors ran an H100 out of memory (issue 17)."""
 
-    def __init__(self, fraction: float, label):
-        self.fraction, self.label = fraction, label
+    def __init__(self, fraction: float, label, budget: int):
+        self.fraction, self.label, self.budget = fraction, label, budget
+        self.slots = 0  # snapshots that fit, from the first rep's output size
         self.kept: dict[str, list] = {}
         self.last: dict[str, list] = {}
 
     def __call__(self, i: int, least: int, checkpoint: bool, out) -> None:
-        secret = i in {int((self.fraction + k / _CHECKED_REPS) % 1 * least) for k in range(_CHECKED_REPS)}
-        if not (secret or checkpoint):
+        tensors = trials.as_tensors(out)
+        if not self.slots:
+            self.slots = max(1, min(_CHECKED_REPS + 1, self.budget // max(1, trials.nbytes(tensors))))
+        checked = min(_CHECKED_REPS, self.slots)
+        secret = i in {int((self.fraction + k / checked) % 1 * least) for k in range(checked)}
+        last = checkpoint and self.slots > _CHECKED_REPS
+        if not (secret or last):
             return
-        outputs = {self.label(): trials.snapshot(trials.as_tensors(out))}
+        outputs = {self.label(): trials.snapshot(tensors)}
         if secret:
             self.kept.update(outputs)
-        if checkpoint:
+        if last:
             self.last = outputs
 
     def take(self) -> dict[str, list]:
         """The snapshots, handed over once (the keeper keeps none of them)."""
         taken, self.kept, self.last = self.kept | self.last, {}, {}
         return taken
+
+
+def _snapshot_budget(device: str) -> int:
+    total = torch.cuda.get_device_properties(0).total_memory if device == "cuda" \
+        else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(_SNAPSHOT_SHARE * total)
 
 
 def _bench(call, req: CandidateRequest | ReferenceRequest, **hooks) -> list[float]:
@@ -192,7 +206,7 @@ def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: 
     check("leak")
     if req.timing.enabled:
         changed = fresh.changed()  # by the leak check's calls: the fills below overwrite the inputs
-        keeper = _Keeper(req.probe_fraction, fresh.label)
+        keeper = _Keeper(req.probe_fraction, fresh.label, _snapshot_budget(device))
         _time(chan, req, call, fresh, on_rep=keeper, pace=pace if req.timing.paired else None)
         check("timing")
         chan.send(Stage(stage="probe"))
@@ -218,6 +232,7 @@ def _run_reference(chan: Channel, req: ReferenceRequest, model, problem, request
     chan.send(Trials(trials=report))
     flops, timer = None, None
     if req.timing.enabled:
+        chan.send(Stage(stage="flops"))
         inputs = trials.make_inputs(problem, req.timing_seed, device)
         flops = floor.count_flops(model, inputs)
         fresh = trials.FreshInputs(inputs, problem, req.timing_seed, device)  # timed as the candidate is
@@ -227,6 +242,7 @@ def _run_reference(chan: Channel, req: ReferenceRequest, model, problem, request
             compiled = torch.compile(model)
             chan.send(Timing(which="compiled", samples=_bench(lambda: compiled(*inputs), req, fresh=fresh)))
             del compiled
+    chan.send(Stage(stage="footprint"))
     _memory(chan, device)
     judge = comparer.Comparer(expected, req.atol, req.rtol, timer)
     audit = judge.audit() if req.audit else []

@@ -44,6 +44,7 @@ class Reference:
     audit: list[dict] = field(default_factory=list)
     run_s: float = 0.0  # the reference child's seconds from its request to ready: what a candidate's budget follows
     flops: int | None = None  # of one call on the timing inputs, counted by torch's FlopCounterMode in the child
+    stage_s: dict[str, float] = field(default_factory=dict)  # the reference child's stages up to ready
 
     @property
     def max_input_numel(self) -> int:

@@ -204,13 +204,26 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
 
 
 def _judge_candidate(batch: Batch, problems: OpenProblems, prep: _Prepared, compiled: ChildResult) -> Verdict:
+    """The candidate on a free device. Its problem's last candidate closes the comparer before the device is given
+    back, so the next problem's reference never allocates beside a comparer that is still letting go of its
+    outputs (KernelBench's norm problems hold 7.5 GB a tensor)."""
+    began = []
+
+    def run(take: Take) -> Verdict:
+        began.append(True)
+        try:
+            return _evaluate_compiled(batch, problems, prep, compiled, take)
+        finally:
+            problems.finished_one(prep.job.problem)
+
+    batch.on_stage(prep.job, "running")
     try:
-        batch.on_stage(prep.job, "running")
-        verdict, gpu = _on_free_device(batch, lambda take: _evaluate_compiled(batch, problems, prep, compiled, take))
-        verdict.evidence.gpu = gpu
-        return verdict
+        verdict, gpu = _on_free_device(batch, run)
     finally:
-        problems.finished_one(prep.job.problem)
+        if not began:  # the batch stopped before the run began
+            problems.finished_one(prep.job.problem)
+    verdict.evidence.gpu = gpu
+    return verdict
 
 
 def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, compiled: ChildResult, take: Take) -> Verdict:
@@ -241,7 +254,8 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     verdict.evidence.compile_s, verdict.evidence.cache_hit = build.get("seconds"), build.get("cache_hit")
     verdict.evidence.build_steps_s = build.get("steps") or {}
     verdict.evidence.stage_s = {"compile_child": round(compiled.wall_s, 3), "reference_wait": round(waited_s, 3),
-                                "reference_run": round(ref.run_s, 3), **result.stage_seconds(), "judge": round(judge_s, 3)}
+                                "reference_run": round(ref.run_s, 3), **{f"reference_{k}": v for k, v in ref.stage_s.items()},
+                                **result.stage_seconds(), "judge": round(judge_s, 3)}
     verdict.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
     verdict.evidence.notes += _notes(compiled, result)
     verdict.evidence.sandbox = (result.last("env") or {}).get("sandbox") or {}

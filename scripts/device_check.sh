@@ -50,7 +50,7 @@ speed() {  # the seeds and their repairs: kforge cold, warm, and the naive seria
     2> >(tee -a "$OUT/eval_speed.progress" >&2) | tee "$OUT/eval_speed.json"
 }
 throughput() {  # KernelBench level N (default 1) in one batch, cold then warm; KB=.kb (a carried copy of ../shared/kernelbench)
-  python3 benchmarks/kernelbench_throughput.py ${KB:-.kb} --level ${1:-1} --jobs ${JOBS:-16} --out "$OUT/throughput.json" \
+  python3 benchmarks/kernelbench_throughput.py ${KB:-.kb} --level ${1:-1} ${IDS:+--ids $IDS} --jobs ${JOBS:-16} --out "$OUT/throughput.json" \
     2> >(tee -a "$OUT/throughput.progress" >&2)
 }
 audit() {  # all 250 problems at their own sizes: trivial answers, too fast to time, does not fit

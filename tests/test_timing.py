@@ -219,3 +219,27 @@ def test_cpu_children_reuse_memory_instead_of_faulting_it_in_every_call():
         return float(run.stdout.strip() or run.stderr)
 
     assert faults("low") > 200 and faults("steady") < 5
+
+
+def _kept_reps(budget: int, reps: int = 30, least: int = 20) -> tuple[list[int], int]:
+    """Which reps a keeper snapshots in a timed loop of `reps` 4 KiB outputs, and how many snapshots it holds."""
+    from evaluator.child import _Keeper
+
+    rep = [0]
+    keeper = _Keeper(0.37, lambda: f"timed_{rep[0]}", budget)
+    for i in range(reps):
+        rep[0] = i
+        keeper(i, least, i >= least, torch.full((1024,), float(i)))
+    taken = keeper.take()
+    return sorted(int(label.split("_")[1]) for label in taken), len(taken)
+
+
+def test_timed_outputs_are_snapshot_only_as_far_as_the_memory_budget_goes():
+    """Three secret reps and the last when they fit; with room for one output, one secret rep and no more (four
+    7.5 GB snapshots ran the candidate out of GPU memory on the H100); never none, even with no room at all."""
+    roomy, held = _kept_reps(budget=1 << 20)
+    assert held == 4 and roomy[-1] == 29 and all(r < 20 for r in roomy[:-1])
+    tight, held = _kept_reps(budget=4096 + 100)
+    assert held == 1 and tight[0] < 20 and tight[0] in roomy
+    assert _kept_reps(budget=0)[1] == 1
+    assert _kept_reps(budget=2 * 4096)[1] == 2  # two secret reps, no last
