@@ -297,11 +297,12 @@ def test_a_compute_bound_cache_is_not_correct_with_a_speedup(gpu_adversarial_bui
 @pytest.mark.gpu
 @needs_gpu
 def test_gpu_work_queued_before_a_pause_cannot_flatter_the_paired_ratio(gpu_adversarial_build_root):
-    """The freeze stops the candidate's processes, not the kernels they queued: the reference timed beside the
-    flood is slower than alone, so the speedup comes from the two sides timed apart, and the evidence says why."""
+    """The freeze stops the candidate's processes, not the kernels they queued. Where the reference timed beside
+    the flood is slower than alone, the speedup comes from the two sides timed apart and the evidence says why;
+    either way the flood is not faster than the honest kernel. On the H100 (stop 21) its spin kernels slowed
+    its own relu more than the reference beside it: 0.79x, the paired ratio unflattered."""
     v = _gpu_run(["gpu_queue_flood"], "full", gpu_adversarial_build_root)
     honest, flood = v["relu_cuda"], v["gpu_queue_flood"]
     assert honest.status is CORRECT and honest.evidence.timing.interval.startswith("the median of"), honest.evidence
     assert flood.status is CORRECT, flood.evidence
-    assert "slower beside the candidate" in flood.evidence.timing.interval, flood.evidence.timing
-    assert flood.speedup < 1.2 * honest.speedup, (flood.speedup, honest.speedup)
+    assert flood.speedup < 1.2 * honest.speedup, (flood.speedup, honest.speedup, flood.evidence.timing.interval)
