@@ -18,6 +18,7 @@ import torch
 
 from evaluator import buildcache, precompiled
 from evaluator.contracts import EvalSettings, EvaluatorError, Limits
+from evaluator.floor import WARM_ENV
 from evaluator.hardware import visible_gpus
 from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
 from evaluator.results import ChildResult
@@ -117,8 +118,9 @@ class Batch:
         CPU a compile child (`publish`) runs off the timing cores, any other on them (it is spawned once the CPU
         is held, and its reference is timed beside it there)."""
         cpu = self.settings.device == "cpu"
+        env = (CPU_CHILD_ENV if cpu else {}) | (WARM_ENV if candidate is None else {})  # no candidate: the reference
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
-                     jail=self.jail(workdir, build_dir, problem, candidate, publish), env=CPU_CHILD_ENV if cpu else None,
+                     jail=self.jail(workdir, build_dir, problem, candidate, publish), env=env or None,
                      cores=self.cores[1 if publish else 0] if cpu else None)
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from evaluator import (comparer, confine, extensions, floor, guard, hardware, introspect, leaks, loading, precompiled,
-                       timing, trials)
+from evaluator import (comparer, confine, extensions, floor, guard, hardware, introspect, jail, leaks, loading,
+                       precompiled, timing, trials)
 from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, Go, IntrospectRequest, Leaks,
                                 Memory, Message, Outputs, Pace, Probe, Profiled, ProfileRequest, Ready, ReferenceRequest,
                                 Request, Stage, Timing, Trials, read_request)
@@ -280,6 +280,7 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
     headers = precompiled.Headers(build_dir.parent)  # the build root: shared by every candidate's build
     headers.install()  # both roles: the candidate child must write the same build.ninja, or ninja rebuilds
     if isinstance(req, ProfileRequest):
+        jail.narrow_profile_target()  # before any candidate code: its /proc is its own, not ncu's
         module = loading.import_file(candidate, "kforge_candidate")  # the cache's build: nothing is compiled
         return _run_profile(chan, req, trials.build_model(module.ModelNew, problem, req.init_seed, device), problem)
     watch = extensions.KernelWatch(Path(problem.__file__))
@@ -323,6 +324,8 @@ def _run_introspect(chan: Channel, req: IntrospectRequest) -> None:
 def main() -> None:
     confined = confine.forbid_touching_parent(network=_own_network())  # before any candidate or problem code runs
     request_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
+    if all(os.environ.get(k) == v for k, v in floor.WARM_ENV.items()):
+        floor.warm_counter()  # before the request: the reference child waits for a device meanwhile
     requests = os.fdopen(request_fd, "rb")  # the request, then (reference, candidate) the parent's answers
     chan = Channel(result_fd)
     try:

@@ -38,6 +38,17 @@ class Floor:
         return f"{self.bound}_floor"
 
 
+WARM_ENV = {"KFORGE_WARM_FLOP_COUNTER": "1"}  # a reference child's environment: warm the counter before its request
+
+
+def warm_counter() -> None:
+    """The counter's first use imports torch._dynamo: 1.2 s on the CI machine, 3.2 s of every reference run on the
+    H100 host (issue 17), where it held the device. A reference child does it at its start, on a CPU tensor, while
+    it waits for a device."""
+    with torch.no_grad(), FlopCounterMode(display=False):
+        torch.ones(2, 2) @ torch.ones(2, 2)
+
+
 def count_flops(model, inputs: list) -> int | None:
     """The FLOPs of one forward call of the reference (matmuls and convolutions: what torch's counter knows).
     None for inputs narrower than 16 bits, where the floor's 16-bit peak would not bound the arithmetic."""

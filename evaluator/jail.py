@@ -41,6 +41,7 @@ from landlockpy import AccessFS, AccessNet, Scope
 _CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x10000000, 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _SHM_SIZE = "2g"  # the profile's /dev/shm: ncu's buffers, counted in the child's memory cgroup
+_PROFILE_SPEC = "KFORGE_PROFILE_SPEC"  # the profile jail's rules, for the target's own layer
 NO_PROFILE_JAIL = 126  # the profile variant could not build its walls: nothing ran
 _MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x4000, 1 << 18, 2, 4, 8
 _SCRATCH_VIEW_SIZE = "4g"  # a candidate child's writes to its build dir (a rebuild, torch's lock): RAM, gone with it
@@ -161,7 +162,9 @@ def _landlock(spec: dict) -> str:
             rules.allow_path(path, AccessFS.READ_DIR)
         for path in [*spec["write"], *([spec["view"]["own"]] if spec.get("view") else []), *(["/dev/shm"] if profile else [])]:
             rules.allow_path(path, _WRITE)
-        rules.allow_path(os.path.realpath("/proc/self"), _OWN_PROC)
+        # its own /proc/<pid>; in the profile variant's outer layer every process's of the jail (its own /proc):
+        # there ncu starts the target, whose pid is not known here, and the target narrows it (narrow_profile_target)
+        rules.allow_path("/proc" if spec.get("whole_proc") else os.path.realpath("/proc/self"), _OWN_PROC)
         for path in [*_DEVICES, *(os.path.join("/dev", n) for n in _list("/dev") if n.startswith("nvidia"))]:
             if os.path.exists(path) and not os.path.isdir(path):
                 rules.allow_path(path, _DEVICE_RW)
@@ -188,12 +191,21 @@ def _inside(spec: dict, cmd: list[str]) -> None:
     layers["cache"] = _own_build_dir(spec, why_not="" if layers["proc"] == "on" else "no private mounts")
     if spec.get("profile"):
         layers |= _profile_walls(spec, layers["proc"])
+        os.environ[_PROFILE_SPEC] = json.dumps(spec)
     _drop_capabilities()
     layers["caps"] = "on"
-    layers["landlock"] = _landlock(spec)
+    layers["landlock"] = _landlock(spec | {"whole_proc": bool(spec.get("profile"))})
     layers["identity"] = _become(spec)
     os.environ["KFORGE_JAIL"] = json.dumps(layers | {"pid": "on", "resources": spec["resources"]})
     os.execvpe(cmd[0], cmd, os.environ)
+
+
+def narrow_profile_target() -> str:
+    """Called by the profile child before it loads the candidate: a second Landlock layer (layers stack: both
+    apply) with the same rules but /proc writable only for its own pid, as in any other child. The CUDA driver
+    names its threads through /proc/self/task/*/comm and fails cuInit (error 304) where it cannot, and the jail's
+    own layer could not name the pid ncu gives the target; this one keeps the candidate off ncu's /proc."""
+    return _landlock(json.loads(os.environ.pop(_PROFILE_SPEC)))
 
 
 def _profile_walls(spec: dict, proc: str) -> dict[str, str]:

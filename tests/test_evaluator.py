@@ -71,6 +71,7 @@ def test_evidence_says_where_the_time_went(verdicts):
     assert list(stages) == ["compile_child", "reference_wait", "reference_run", *reference, "start", "compile", "init",
                             "correctness", "leak", "timing", "timed", "probe", "judge"]
     assert sum(stages[k] for k in reference) == pytest.approx(stages["reference_run"], abs=0.01)
+    assert stages["reference_flops"] < 0.5  # the counter's first use (1.2 s here) came before the request
     timed = verdicts["cpu_fused_o3"].candidate
     assert all(s >= 0 for s in stages.values()) and stages["timed"] >= timed.reps * timed.min_ms / 1e3  # holds every sample
     child = sum(s for k, s in stages.items() if k not in ("compile_child", "reference_wait", "judge") and not k.startswith("reference"))

@@ -224,3 +224,40 @@ def test_a_scratch_under_dev_shm_is_refused_by_the_profile_jail_and_profiles_kee
     if "lies under /dev/shm" not in proc.stderr and "no private mount namespace" in proc.stderr:
         pytest.skip(f"this machine refuses the profile jail: {proc.stderr.strip()}")
     assert f"{shm} lies under /dev/shm, which the profile jail replaces" in proc.stderr
+
+
+_TARGET = '''
+import errno, json, os, subprocess, sys
+code = """
+import json, os, sys
+sys.path.insert(0, ROOT)
+def opens(path):
+    try:
+        os.close(os.open(path, os.O_WRONLY))
+        return "opened"
+    except OSError as exc:
+        return exc.errno
+out = {"own": opens(f"/proc/self/task/{os.getpid()}/comm"), "jail_init": opens("/proc/1/comm")}
+from evaluator.jail import narrow_profile_target
+out["narrowed"] = narrow_profile_target()
+out |= {"own_after": opens(f"/proc/self/task/{os.getpid()}/comm"), "jail_init_after": opens("/proc/1/comm")}
+print(json.dumps(out))
+""".replace("ROOT", repr(sys.argv[1]))
+print(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
+'''
+
+
+def test_a_process_the_profile_jail_starts_names_its_threads_and_then_narrows_proc_to_its_own(tmp_path):
+    """ncu starts the profiled child as a process of its own, whose pid the jail cannot name in advance: the
+    jail's layer lets its processes write their /proc entries (the CUDA driver names its threads there and fails
+    cuInit, error 304, where it cannot: what the H100 showed), and the target's own layer, stacked before it
+    loads the candidate, narrows that to its own pid again (ncu's /proc is closed to it)."""
+    spec = jail_spec([tmp_path], []) | {"profile": True}
+    env = scrubbed_env(tmp_path, tmp_path, "t") | {"KFORGE_CONFINE": str(ROOT / "evaluator" / "confine.py")}
+    proc = subprocess.run([sys.executable, str(_JAIL), json.dumps(spec), "--", sys.executable, "-c", _TARGET, str(ROOT)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    if proc.returncode == 126:
+        pytest.skip(f"this machine refuses the profile jail: {proc.stderr.strip()}")
+    out = json.loads(proc.stdout)
+    assert out["own"] == "opened" and out["jail_init"] == "opened", out
+    assert out["narrowed"].startswith("on (ABI") and out["own_after"] == "opened" and out["jail_init_after"] == 13, out
