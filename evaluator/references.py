@@ -27,6 +27,7 @@ from reference_problems import Problem
 _RESIDENT_SHARE = 0.15  # of device memory: expected outputs one problem keeps resident (the rest are recomputed)
 _OPEN_SHARE = 0.35  # of device memory: every open problem's comparer together
 _OPEN_PER_DEVICE = 4  # processes too: each CUDA process costs ~1 GB of host memory, whatever it holds
+_SPARES_PER_DEVICE = 2  # reference children started ahead of their problem's turn: no device memory until asked
 
 
 class ReferenceFailed(Exception):
@@ -54,15 +55,24 @@ def _cause(server: "ReferenceServer") -> str:
     return f"reference of '{server.problem.name}' failed: {cause}" + (f"; log: {tail[-1][:200]}" if tail else "")
 
 
+def _workdir(batch: Batch, problem: Problem) -> Path:
+    return batch.root / "ref" / problem.sha256[:16]
+
+
+def _spawn(batch: Batch, problem: Problem) -> Child:
+    workdir = _workdir(batch, problem)
+    return batch.spawn(workdir, workdir / "build", problem)
+
+
 class ReferenceServer:
     """One problem's reference child. `prestart` spawns it early on CUDA (its interpreter and torch load while
     the device is busy); `ready` runs it on a device the gate gives, and returns its Reference or raises
     ReferenceFailed."""
 
-    def __init__(self, batch: Batch, problem: Problem, audit: bool = False):
+    def __init__(self, batch: Batch, problem: Problem, audit: bool = False, child: Child | None = None):
         self.batch, self.problem, self.audit = batch, problem, audit
-        self.workdir = batch.root / "ref" / problem.sha256[:16]
-        self.child: Child | None = None
+        self.workdir = _workdir(batch, problem)
+        self.child = child  # a spare started before the problem opened (OpenProblems.spare)
         self.gpu: str | None = None
         self.reference: Reference | None = None
         self.failure = ""
@@ -73,7 +83,7 @@ class ReferenceServer:
         start would slow the run being timed)."""
         with self._lock:
             if self.child is None:
-                self.child = self.batch.spawn(self.workdir, self.workdir / "build", self.problem)
+                self.child = _spawn(self.batch, self.problem)
 
     def ready(self, take: Callable[[], str | None]) -> Reference:
         self.prestart()
@@ -149,6 +159,7 @@ class OpenProblems:
         self.batch = batch
         self.remaining = Counter(p.sha256 for p in problems)
         self.servers: dict[str, ReferenceServer] = {}
+        self.spares: dict[str, Child] = {}
         self._lock = threading.Lock()
         self._memory = device_memory(batch.settings.device)
 
@@ -165,8 +176,21 @@ class OpenProblems:
         """The problem's server, made now if it has none (call only once admissible); its child starts later."""
         with self._lock:
             if problem.sha256 not in self.servers:
-                self.servers[problem.sha256] = ReferenceServer(self.batch, problem)
+                self.servers[problem.sha256] = ReferenceServer(self.batch, problem, child=self.spares.pop(problem.sha256, None))
             return self.servers[problem.sha256]
+
+    def spare(self, waiting: list[Problem]) -> None:
+        """Start the reference children of problems waiting to open (CUDA only), up to _SPARES_PER_DEVICE: their
+        interpreter, torch and FLOP counter load (~7 s on the H100 host) before the problem's turn, which came
+        only after the problem before it closed where memory let one problem open at a time. A spare holds no
+        device memory: it touches CUDA only after its request."""
+        for problem in waiting:
+            with self._lock:
+                if len(self.spares) >= _SPARES_PER_DEVICE * len(self.batch.gpus):
+                    return
+                if problem.sha256 in self.servers or problem.sha256 in self.spares:
+                    continue
+                self.spares[problem.sha256] = _spawn(self.batch, problem)
 
     def finished_one(self, problem: Problem) -> None:
         """One candidate of the problem is judged (or failed before running); the last one closes it."""
@@ -180,5 +204,8 @@ class OpenProblems:
     def close_all(self) -> None:
         with self._lock:
             servers, self.servers = list(self.servers.values()), {}
+            spares, self.spares = list(self.spares.values()), {}
         for server in servers:
             server.close()
+        for child in spares:
+            child.finish(wait=False)

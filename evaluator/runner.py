@@ -270,12 +270,8 @@ def _compile_failure(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Ve
     return _verdict(prep.job, batch.settings, failed.status, evidence=failed.evidence) if failed else None
 
 
-_RUNNERS_PER_DEVICE = 3  # one on the device, two starting: a reference child's start (torch and the FLOP counter,
-# ~7 s on the H100 host) outlasts one candidate's turn on the device (3-6 s), and hid only in part behind one
-
-
 class _Dispatcher:
-    """Hands compiled candidates to the device runners, at most _RUNNERS_PER_DEVICE per device,
+    """Hands compiled candidates to the device runners, at most two per device (one running, one starting),
     candidates of open problems first, and a new problem only when OpenProblems has room for its comparer."""
 
     def __init__(self, batch: Batch, problems: OpenProblems, runners: ThreadPoolExecutor):
@@ -287,13 +283,15 @@ class _Dispatcher:
         self.ready.sort(key=lambda item: item[0].job.problem.sha256 not in self.problems.servers)
         for item in list(self.ready):
             problem = item[0].job.problem
-            if len(self.running) >= _RUNNERS_PER_DEVICE * len(self.batch.gpus) or not self.problems.admissible(problem):
+            if len(self.running) >= 2 * len(self.batch.gpus) or not self.problems.admissible(problem):
                 continue
             self.ready.remove(item)
             server = self.problems.server(problem)
             if self.batch.settings.device == "cuda":
                 server.prestart()
             self.running.add(self.runners.submit(_judge_candidate, self.batch, self.problems, *item))
+        if self.batch.settings.device == "cuda":
+            self.problems.spare([prep.job.problem for prep, _ in self.ready])
         return set(self.running)
 
 
@@ -309,7 +307,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
     batch = Batch(settings)
     batch.on_stage = on_stage or (lambda job, stage: None)
     compilers = ThreadPoolExecutor(max_workers=settings.jobs)
-    runners = ThreadPoolExecutor(max_workers=_RUNNERS_PER_DEVICE * len(batch.gpus))
+    runners = ThreadPoolExecutor(max_workers=2 * len(batch.gpus))
     problems = None
     try:
         prepared = []

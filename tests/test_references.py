@@ -86,6 +86,32 @@ def test_open_problems_are_bounded_by_the_memory_their_comparers_hold(cpu_settin
         shutil.rmtree(batch.root)
 
 
+def test_spare_reference_children_start_ahead_bounded_and_are_taken_or_ended(cpu_settings):
+    """Problems waiting to open get their reference child started early (on CUDA the dispatcher asks; the child
+    holds no device memory until its request), at most _SPARES_PER_DEVICE; a problem that opens takes its spare
+    (the same process, which then serves), and close_all ends the spares nobody took."""
+    from evaluator.references import _SPARES_PER_DEVICE
+
+    batch = Batch(cpu_settings)
+    a, b, c = (resolve_problem(n) for n in ("relu", "softmax", "matmul"))
+    problems = OpenProblems(batch, [a, b, c])
+    try:
+        problems.spare([a, a, b, c])
+        assert list(problems.spares) == [a.sha256, b.sha256][:_SPARES_PER_DEVICE]
+        spare = problems.spares[a.sha256]
+        server = problems.server(a)
+        assert server.child is spare and a.sha256 not in problems.spares
+        problems.spare([a, c])  # a is open: only c gets one
+        assert set(problems.spares) == {b.sha256, c.sha256}
+        left = list(problems.spares.values())
+        ref = server.ready(lambda want=None: None)
+        assert ref.meta and spare.proc.poll() is None  # the spare became the comparer
+    finally:
+        problems.close_all()
+        shutil.rmtree(batch.root)
+    assert all(child.proc.poll() is not None for child in [spare, *left]) and not problems.spares
+
+
 def test_cli_exits_1_when_a_reference_fails_and_doctor_lists_the_layers(tmp_path, build_root):
     """kforge's own failure is not the user's error (2) and not success (0): the verdicts are printed, then exit 1."""
     import json
