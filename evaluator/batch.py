@@ -45,7 +45,8 @@ class Batch:
         self.timing_seed, self.verify_seed = secrets.randbits(31), secrets.randbits(31)
         self.probe_fraction = 0.2 + 0.6 * secrets.randbelow(1000) / 1000  # which timed rep gets its output checked
         self.build_root = settings.build_root or DEFAULT_BUILD_ROOT
-        self.cores = cpu_cores(settings.cpu_threads, os.sched_getaffinity(0))  # (timing, the others): CPU runs
+        # (timing cores, the others) where the device is the CPU; a GPU's children run where the scheduler puts them
+        self.cores = cpu_cores(settings.cpu_threads, os.sched_getaffinity(0)) if settings.device == "cpu" else (None, None)
         self._check_sandbox()
         self.stop = threading.Event()  # set when the batch ends early: running children are stopped
         self._free = set(self.gpus)
@@ -76,12 +77,11 @@ class Batch:
 
     def tool(self, scratch: Path) -> buildcache.Tool:
         """Runs a compiler in the jail, writing only `scratch` and reading the precompiled headers' folder (the
-        header it compiles is linked there); stopped with the batch."""
+        header it compiles is linked there); stopped with the batch; on CPU off the timing cores, as compiles are."""
         scratch.mkdir(parents=True, exist_ok=True)
         spec = jail_spec([scratch], [self.build_root / "pch"])
         limits = Limits(timeout_s=precompiled.BUILD_TIMEOUT_S)
-        cores = self.cores[1] if self.settings.device == "cpu" else None  # off the timing cores, as compiles are
-        return lambda cmd, log: run_tool(cmd, scratch, spec, limits, log, self.stop, cores)
+        return lambda cmd, log: run_tool(cmd, scratch, spec, limits, log, self.stop, self.cores[1])
 
     def reference_seeds(self) -> list[tuple[str, int]]:
         """The reference computes every output a candidate is checked against: its trials, timed and verify calls."""
@@ -121,7 +121,7 @@ class Batch:
         env = (CPU_CHILD_ENV if cpu else {}) | (WARM_ENV if candidate is None else {})  # no candidate: the reference
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
                      jail=self.jail(workdir, build_dir, problem, candidate, publish), env=env or None,
-                     cores=self.cores[1 if publish else 0] if cpu else None)
+                     cores=self.cores[1 if publish else 0])
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
             gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:

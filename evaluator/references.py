@@ -184,13 +184,15 @@ class OpenProblems:
         interpreter, torch and FLOP counter load (~7 s on the H100 host) before the problem's turn, which came
         only after the problem before it closed where memory let one problem open at a time. A spare holds no
         device memory: it touches CUDA only after its request."""
-        for problem in waiting:
+        for problem in waiting:  # called by the dispatcher's thread alone
             with self._lock:
                 if len(self.spares) >= _SPARES_PER_DEVICE * len(self.batch.gpus):
                     return
                 if problem.sha256 in self.servers or problem.sha256 in self.spares:
                     continue
-                self.spares[problem.sha256] = _spawn(self.batch, problem)
+            child = _spawn(self.batch, problem)  # outside the lock: runners judging meanwhile need it
+            with self._lock:
+                self.spares[problem.sha256] = child
 
     def finished_one(self, problem: Problem) -> None:
         """One candidate of the problem is judged (or failed before running); the last one closes it."""

@@ -48,10 +48,10 @@ class ChildResult(BaseModel):
         """Wall seconds per stage the child announced, by the parent's clock, up to its end (or `until`, for a child
         that goes on); `start` is what the child does between the request and its first stage (a forged stage
         message only mislabels the child's own time)."""
-        end = self.started + self.wall_s if until is None else until
+        last = self.started + self.wall_s if until is None else until
         marks = [("start", self.started)] + [(str(m.get("stage")), m["_t"]) for m in self.messages
-                                             if m.get("event") == "stage" and m["_t"] <= end]
-        ends = [t for _, t in marks[1:]] + [end]
+                                             if m.get("event") == "stage" and m["_t"] <= last]
+        ends = [t for _, t in marks[1:]] + [last]
         return {name: round(end - t, 3) for (name, t), end in zip(marks, ends)}
 
     def forged(self) -> str:
