@@ -95,15 +95,19 @@ def problem_ids(text: str | None) -> set[int] | None:
     return ids
 
 
+def _number(path: Path) -> int:
+    """A KernelBench problem file's number: 19 for 19_ReLU.py."""
+    return int(path.name.split("_")[0])
+
+
 def write_candidates(kernelbench: Path, level: int, ids: set[int] | None, out: Path, device: str) -> list[CandidateJob]:
     """KernelBench's run-directory layout: level_L_problem_P_sample_0_kernel.py, one per problem."""
-    files = sorted((p for p in (kernelbench / f"level{level}").glob("*.py") if ids is None or int(p.name.split("_")[0]) in ids),
-                   key=lambda p: int(p.name.split("_")[0]))
+    files = sorted((p for p in (kernelbench / f"level{level}").glob("*.py") if ids is None or _number(p) in ids), key=_number)
     sources = (f'cpp_sources="torch::Tensor copy(torch::Tensor x);", cuda_sources={_CUDA!r}' if device == "cuda"
                else f"cpp_sources={_CPP!r}, extra_cflags=['-O2']")
     jobs = []
     for path in files:
-        pid = int(path.name.split("_")[0])
+        pid = _number(path)
         text = path.read_text()
         body = _MODEL_NEW.format(tag=f"l{level}p{pid}", sources=sources)
         target = out / f"level_{level}_problem_{pid}_sample_0_kernel.py"

@@ -117,12 +117,6 @@ class _Keeper:
         return taken
 
 
-def _snapshot_budget(device: str) -> int:
-    total = torch.cuda.get_device_properties(0).total_memory if device == "cuda" \
-        else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return int(_SNAPSHOT_SHARE * total)
-
-
 def _bench(call, req: CandidateRequest | ReferenceRequest, **hooks) -> list[float]:
     t = req.timing
     with torch.no_grad():
@@ -206,7 +200,7 @@ def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: 
     check("leak")
     if req.timing.enabled:
         changed = fresh.changed()  # by the leak check's calls: the fills below overwrite the inputs
-        keeper = _Keeper(req.probe_fraction, fresh.label, _snapshot_budget(device))
+        keeper = _Keeper(req.probe_fraction, fresh.label, int(_SNAPSHOT_SHARE * hardware.device_memory(device)))
         _time(chan, req, call, fresh, on_rep=keeper, pace=pace if req.timing.paired else None)
         check("timing")
         chan.send(Stage(stage="probe"))

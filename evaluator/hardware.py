@@ -17,6 +17,15 @@ def cpu_name() -> str:
     return names[0] if names else platform.machine()
 
 
+def device_memory(device: str) -> int:
+    """Total memory of the evaluation device (GPU 0 of the visible ones, or the host), without a CUDA context."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_properties(0).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 @functools.cache
 def device_name(device: str) -> str:
     if device != "cuda":

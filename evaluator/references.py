@@ -7,17 +7,16 @@ the memory their outputs take (OpenProblems), so memory does not grow with the b
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-import torch
 from pydantic import BaseModel
 
 from evaluator.batch import Batch
+from evaluator.hardware import device_memory
 from evaluator.judge import Reference, ended_badly, timings
 from evaluator.protocol import Close, Compare, TimeBlock
 from evaluator.sandbox import Child
@@ -32,13 +31,6 @@ _SPARES_PER_DEVICE = 2  # reference children started ahead of their problem's tu
 
 class ReferenceFailed(Exception):
     """The problem's reference could not run: its candidates get `reference_error` with this cause."""
-
-
-def device_memory(device: str) -> int:
-    """Total memory of the evaluation device (GPU 0 of the visible ones, or the host), without a CUDA context."""
-    if device == "cuda":
-        return torch.cuda.get_device_properties(0).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _cause(server: "ReferenceServer") -> str:

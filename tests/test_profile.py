@@ -227,7 +227,7 @@ def test_a_scratch_under_dev_shm_is_refused_by_the_profile_jail_and_profiles_kee
 
 
 _TARGET = '''
-import errno, json, os, subprocess, sys
+import subprocess, sys
 code = """
 import json, os, sys
 sys.path.insert(0, ROOT)
