@@ -8,7 +8,8 @@ Each problem's reference runs once in kforge's jail, as in a batch (trials, timi
 trivial answers of evaluator.audit_rules (zeros, best constant, mean, an input echoed, half the work) against the
 expected outputs of every seed. A problem whose reference median is below --fast-us is flagged: at that scale
 launch overhead and the L2 flush dominate what a kernel could change. A reference that cannot run gives its cause
-(out of memory names the GPU memory it asked for). Prints a Markdown table (and writes it with --out).
+(out of memory names the GPU memory it asked for); one that failed beside others is audited again alone.
+Prints a Markdown table (and writes it, row by row, with --out).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -58,19 +61,49 @@ def main() -> None:
     files = [p for level in args.levels.split(",") for p in sorted((args.kernelbench / f"level{level}").glob("*.py"),
                                                                    key=lambda p: int(p.name.split("_")[0]))]
     settings = EvalSettings(device=args.device, size="full", trials=2, rep_ms=200, warmup_ms=20)
-    lines = ["| level | problem | fits | trivial answers that pass | reference median (us) | too fast to time |",
-             "|---|---|---|---|---|---|"]
-    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        for row in pool.map(lambda p: audit_one(p, settings, args.fast_us), files):
-            cells = [row["level"], row["problem"], row["fits"], row.get("trivial_passes", row.get("note", "")),
-                     row.get("median_us", "-"), row.get("too_fast", "-")]
-            lines.append("| " + " | ".join(cells) + " |")
-            print(lines[-1], file=sys.stderr, flush=True)
-    text = "\n".join(lines) + "\n"
+    began = time.monotonic()
+    rows = audit_all(files, settings, args.fast_us, args.parallel, lambda rows: _write(rows, args.out))
+    text = _table(rows)
     print(text)
+    print(f"{len(rows)} problems audited in {time.monotonic() - began:.0f} s", file=sys.stderr)
     if args.out:
         args.out.write_text(text)
 
+
+def audit_all(files: list[Path], settings: EvalSettings, fast_us: float, parallel: int,
+              progress: Callable[[list[dict]], None]) -> list[dict]:
+    """Every problem's row, `parallel` at a time; a problem that could not run beside others (out of memory
+    with a neighbour) is audited again alone, so "does not fit" means the device, not the company."""
+    rows: list[dict] = []
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        for row in pool.map(lambda p: audit_one(p, settings, fast_us), files):
+            rows.append(row)
+            print(_line(row), file=sys.stderr, flush=True)
+            progress(rows)
+    for k, path in enumerate(files):
+        if parallel > 1 and rows[k]["fits"] == "no":
+            rows[k] = audit_one(path, settings, fast_us) | {"alone": True}
+            print(_line(rows[k]), "(again, alone)", file=sys.stderr, flush=True)
+            progress(rows)
+    return rows
+
+
+def _line(row: dict) -> str:
+    cells = [row["level"], row["problem"], row["fits"], row.get("trivial_passes", row.get("note", "")),
+             row.get("median_us", "-"), row.get("too_fast", "-")]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(rows: list[dict]) -> str:
+    head = ["| level | problem | fits | trivial answers that pass | reference median (us) | too fast to time |",
+            "|---|---|---|---|---|---|"]
+    return "\n".join(head + [_line(row) for row in rows]) + "\n"
+
+
+def _write(rows: list[dict], out: Path | None) -> None:
+    """The table so far: a run cut off still leaves what it audited."""
+    if out:
+        out.write_text(_table(rows))
 
 if __name__ == "__main__":
     main()

@@ -343,7 +343,7 @@ class Child:
             else:
                 self.result.wall_s = time.monotonic() - self.result.started
         finally:
-            with self._lock:
+            with self._lock, contextlib.suppress(BrokenPipeError):  # a line left unsent to a child that died
                 self._requests.close()
             _stop(self.proc)
             self.result.returncode = self.proc.wait()

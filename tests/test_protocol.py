@@ -42,6 +42,16 @@ def test_a_malformed_request_is_one_clear_error_of_the_child(tmp_path: Path) -> 
     assert "candidate.device" in error["message"] and "candidate.problem_path: Field required" in error["message"]
 
 
+def test_a_line_sent_to_a_child_that_died_does_not_break_its_finish(tmp_path: Path) -> None:
+    """A reference child dead before its Close line (the H100 audit, stop 22): finish reports how it ended."""
+    child = Child(tmp_path, tmp_path / "build", Limits(timeout_s=120), cap_address_space=True,
+                  jail=jail_spec([tmp_path], []))
+    child.begin(_Stray())
+    child.proc.wait(timeout=120)
+    child.send(_Stray())  # the pipe has no reader: the line stays in the buffer
+    assert child.finish().returncode == 1
+
+
 def test_the_batch_builds_each_role_its_typed_request(cpu_settings, tmp_path: Path) -> None:
     """Seeds go to the children that run the model, never to the compile child; each request reads back the same."""
     batch = Batch(cpu_settings)
