@@ -18,6 +18,10 @@ _CPU_MIN_WALL_S = 0.5  # below this, a busy machine's scheduling noise could pas
 _CPU_MIN_SHARE = 0.25  # on CPU the samples must cover at least this share of the timed loop
 _ROUND, _MIN_FOR_INTERVAL = 10, 20  # reps between looks at the median's interval; reps before the first look
 _PAIRS = 10  # paced: rounds are made small enough that the reps budget holds at least this many
+# A paced round on CUDA is at most 5 reps: events time each call to the microsecond and a quiet GPU's paired
+# ratios agree to 0.1 %, so 6 pairs of 5 settle what 10 of 10 did; the whole of level 1 warm spent 1.4 s of each
+# candidate's 4.2 s on the H100 in those rounds. On CPU the scheduler's noise keeps rounds of 10.
+_CUDA_ROUND = 5
 # CPU children's malloc backs its heap with 2 MB pages (transparent huge pages, madvised; a no-op where THP is
 # off). Which 4 KB physical pages a process got decided where its tensors fell in the caches, and so its speed:
 # the same work timed 0.79-1.18x between fresh process pairs with 4 KB pages, 0.93-1.11x with 2 MB pages.
@@ -173,7 +177,8 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
     sync()
     most = min(max_reps, max(min_reps, int(rep_ms / estimate)))
     if pace is not None:  # small rounds, at least _PAIRS of them; the hook decides after `least`
-        size, least = max(1, min(_ROUND, most // _PAIRS)), min(most, max(min_reps, _MIN_FOR_INTERVAL))
+        size = max(1, min(_CUDA_ROUND if device == "cuda" else _ROUND, most // _PAIRS))
+        least = min(most, max(min_reps, _MIN_FOR_INTERVAL))
     elif rel_ci is not None:  # rounds of _ROUND until the interval is tight
         size, least = _ROUND, min(most, max(min_reps, _MIN_FOR_INTERVAL))
     else:  # the whole budget in one go
