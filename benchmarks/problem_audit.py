@@ -57,9 +57,12 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=1, help="problems audited at once (their timings overlap)")
     ap.add_argument("--fast-us", type=float, default=20.0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--only", default=None, help="these problems only (file names without .py, comma-separated)")
     args = ap.parse_args()
     files = [p for level in args.levels.split(",") for p in sorted((args.kernelbench / f"level{level}").glob("*.py"),
                                                                    key=lambda p: int(p.name.split("_")[0]))]
+    if args.only:
+        files = [p for p in files if p.stem in args.only.split(",")]
     settings = EvalSettings(device=args.device, size="full", trials=2, rep_ms=200, warmup_ms=20)
     began = time.monotonic()
     rows = audit_all(files, settings, args.fast_us, args.parallel, lambda rows: _write(rows, args.out))

@@ -54,7 +54,7 @@ throughput() {  # KernelBench level N (default 1) in one batch, cold then warm; 
     2> >(tee -a "$OUT/throughput.progress" >&2)
 }
 audit() {  # all 250 problems at their own sizes: trivial answers, too fast to time, does not fit
-  python3 benchmarks/problem_audit.py ${KB:-.kb} --levels ${1:-1,2,3} --parallel ${PARALLEL:-2} --out "$OUT/audit.md"
+  python3 benchmarks/problem_audit.py ${KB:-.kb} --levels ${1:-1,2,3} --parallel ${PARALLEL:-2} ${ONLY:+--only $ONLY} --out "$OUT/audit.md"
 }
 doctor() { python3 -m kforge doctor | tee "$OUT/doctor.txt"; }
 pairing() {  # the repairs timed paired and apart, alternating batches (builds cached by an earlier step)

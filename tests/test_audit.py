@@ -3,9 +3,12 @@ pass the correctness check of any registered problem."""
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 
+from evaluator import audit_rules
 from evaluator.audit import TRIVIALS, audit_problem
 from reference_problems import list_problems
 from reference_problems.registry import PROBLEM_DIR
@@ -28,3 +31,30 @@ def test_trivial_answers_are_what_they_claim():
     assert TRIVIALS["echo"](expected, [torch.ones(3), x]) is x
     assert TRIVIALS["echo"](expected, [torch.ones(3)]) is None
     assert TRIVIALS["mean"](expected, [x]).unique().tolist() == [2.5]
+
+
+def test_the_audit_holds_one_labels_tensors_at_a_time():
+    """The comparer recomputes outputs it does not keep: holding every label's at once ran 32 level-1 problems
+    out of an H100's memory. Here each label's outputs must be gone before the next label's are made."""
+    alive: list[weakref.ref] = []
+    most = 0
+
+    def outputs(label: str) -> list:
+        nonlocal most
+        most = max(most, sum(ref() is not None for ref in alive))
+        made = [torch.full((64,), float(len(label)))]
+        alive.append(weakref.ref(made[0]))
+        return made
+
+    findings = audit_rules.judge_trivials(["trial_0", "trial_1", "timing", "verify"], outputs,
+                                          lambda label: [torch.ones(64)], atol=1e-4, rtol=1e-4)
+    assert most == 0 and len(alive) == 4
+    assert {f["trivial"]: f["passes"] for f in findings} == {"zeros": False, "constant": True, "mean": True,
+                                                             "echo": False, "half": False}
+
+
+def test_the_best_constant_of_a_large_output_comes_from_a_sample_and_the_mean_is_exact(monkeypatch):
+    monkeypatch.setattr(audit_rules, "_SAMPLE", 1000)
+    expected = torch.arange(100_001, dtype=torch.float32)
+    assert audit_rules._mean(expected) == 50_000.0
+    assert abs(audit_rules._median(expected) - 50_000) < 5_000  # the median of 1,000 picks
