@@ -230,6 +230,7 @@ def _run_reference(chan: Channel, req: ReferenceRequest, model, problem, request
         inputs = trials.make_inputs(problem, req.timing_seed, device)
         flops = floor.count_flops(model, inputs)
         fresh = trials.FreshInputs(inputs, problem, req.timing_seed, device)  # timed as the candidate is
+        expected.timed = fresh
         timer = comparer.Timer(lambda: model(*inputs), fresh, device)  # and again beside each candidate's rounds
         _time(chan, req, timer.call, fresh)
         if req.compile_baseline:

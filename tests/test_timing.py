@@ -86,6 +86,24 @@ def test_fresh_inputs_are_new_values_in_the_same_tensors():
     assert fresh.changed()
 
 
+def test_the_comparer_recomputes_a_timed_call_in_the_timers_own_tensors():
+    """A second set of a 16 GB input ran the comparer out of memory beside its candidate on the H100 (stop 22)."""
+    from evaluator.comparer import Expected
+    from evaluator.loading import load_problem
+    from evaluator.trials import FreshInputs, make_inputs, rep_seed
+    from reference_problems import resolve_problem
+
+    relu = resolve_problem("relu")
+    problem = load_problem(relu.path, relu.meta.small)
+    inputs = make_inputs(problem, 7, "cpu")
+    expected = Expected(torch.nn.ReLU(), problem, {"timing": 7}, "cpu", budget=0)
+    expected.timed = FreshInputs(inputs, problem, 7, "cpu")
+    again = expected.inputs("timed_4")
+    assert again[0] is inputs[0] and torch.equal(inputs[0], make_inputs(problem, rep_seed(7, 4), "cpu")[0])
+    assert torch.equal(expected.outputs("timed_5")[0], torch.relu(make_inputs(problem, rep_seed(7, 5), "cpu")[0]))
+    assert expected.inputs("timing")[0] is not inputs[0]  # any other label: its own tensors, as before
+
+
 @pytest.mark.parametrize("body, in_place", [
     ("return [torch.rand(256, 256), torch.randn(256, 256) * 2 - 1, torch.randint(0, 9, (7,)), 3]", True),
     ("x = torch.rand(256, 256); w = torch.rand(256, 256); return [x @ w, x]", False),  # x is a target and returned
