@@ -44,11 +44,17 @@ def _median(expected: torch.Tensor) -> float:
     return float(flat.double().median())
 
 
+def _filled(expected: torch.Tensor, value: Callable[[torch.Tensor], float]) -> torch.Tensor | None:
+    """A constant taken from the expected output itself, None for a single value: there the constant is the
+    answer (KernelBench's scalar losses all "passed" it on the H100, stop 22)."""
+    return torch.full_like(expected, value(expected)) if expected.numel() > 1 else None
+
+
 # name -> trivial answer built from (expected output, inputs); None where it does not apply
 TRIVIALS: dict[str, Callable[[torch.Tensor, list], torch.Tensor | None]] = {
     "zeros": lambda expected, inputs: torch.zeros_like(expected),
-    "constant": lambda expected, inputs: torch.full_like(expected, _median(expected)),  # best single value
-    "mean": lambda expected, inputs: torch.full_like(expected, _mean(expected)),
+    "constant": lambda expected, inputs: _filled(expected, _median),  # the best single value
+    "mean": lambda expected, inputs: _filled(expected, _mean),
     "echo": _echo,
     "half": _half,
 }

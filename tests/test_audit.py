@@ -31,6 +31,7 @@ def test_trivial_answers_are_what_they_claim():
     assert TRIVIALS["echo"](expected, [torch.ones(3), x]) is x
     assert TRIVIALS["echo"](expected, [torch.ones(3)]) is None
     assert TRIVIALS["mean"](expected, [x]).unique().tolist() == [2.5]
+    assert TRIVIALS["constant"](torch.tensor(0.25), [x]) is None  # a scalar loss: the constant is the answer
 
 
 def test_the_audit_holds_one_labels_tensors_at_a_time():
