@@ -91,6 +91,8 @@ def problem_ids(text: str | None) -> set[int] | None:
     ids = set()
     for part in text.split(","):
         low, _, high = part.partition("-")
+        if not (low.isdigit() and (high or low).isdigit()):
+            raise argparse.ArgumentTypeError(f"not a problem number or range: {part!r} (e.g. 1-6,19,34-39)")
         ids.update(range(int(low), int(high or low) + 1))
     return ids
 
@@ -207,7 +209,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kernelbench", type=Path)
     ap.add_argument("--level", type=int, default=1)
-    ap.add_argument("--ids", default=None, help="only these problems of the level, e.g. 1-6,19,34-39")
+    ap.add_argument("--ids", type=problem_ids, default=None, help="only these problems of the level, e.g. 1-6,19,34-39")
     ap.add_argument("--modes", default="cold,warm")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--device", default="cuda")
@@ -216,7 +218,7 @@ def main() -> None:
     args = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="kb-throughput-"))
     (scratch / "run").mkdir()
-    jobs = write_candidates(args.kernelbench, args.level, problem_ids(args.ids), scratch / "run", args.device)
+    jobs = write_candidates(args.kernelbench, args.level, args.ids, scratch / "run", args.device)
     settings = EvalSettings(device=args.device, size="full" if args.device == "cuda" else "small", jobs=args.jobs,
                             build_root=args.build_root or scratch / "builds")
     report = {"level": args.level, "problems": len(jobs), "jobs": args.jobs, "modes": []}
