@@ -85,7 +85,7 @@ def audit_all(files: list[Path], settings: EvalSettings, fast_us: float, paralle
             progress(rows)
     for k, path in enumerate(files):
         if parallel > 1 and rows[k]["fits"] == "no":
-            rows[k] = audit_one(path, settings, fast_us) | {"alone": True}
+            rows[k] = audit_one(path, settings, fast_us)
             print(_line(rows[k]), "(again, alone)", file=sys.stderr, flush=True)
             progress(rows)
     return rows
