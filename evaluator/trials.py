@@ -257,6 +257,7 @@ class FreshInputs:
         self.filled: int | None = None  # the rep whose values the inputs hold; None: the timing seed's own
         self.on = True
         self.timed_fill_s = 0.0  # spent filling before timed reps: the parent's check of the loop's wall-clock
+        self.made = fingerprint(inputs)  # what the timing seed wrote: checked against without making them again
 
     def __call__(self, rep: int) -> None:
         start = time.perf_counter()
@@ -279,5 +280,8 @@ class FreshInputs:
         return self.seed if self.filled is None else rep_seed(self.seed, self.filled)
 
     def changed(self) -> bool:
-        """Whether the inputs no longer hold what was last written into them: the candidate wrote into them."""
-        return fingerprint(self.inputs) != fingerprint(make_inputs(self.problem, self.held(), self.device))
+        """Whether the inputs no longer hold what was last written into them: the candidate wrote into them.
+        Before any fill, against the fingerprint taken when they were made: making a second set to compare
+        would put another copy of a multi-GB input beside the candidate's."""
+        written = self.made if self.filled is None else fingerprint(make_inputs(self.problem, self.held(), self.device))
+        return fingerprint(self.inputs) != written

@@ -43,6 +43,7 @@ EXPECTED = {
     "garbage_late": (INCORRECT, "", "timed call"),
     "thread_escape": (INCORRECT, "", "timed call"),
     "mutate_input": (CHEAT, "input_mutation", "forward() modified its inputs"),
+    "mutate_input_late": (CHEAT, "input_mutation", "during the leak check or timing"),
     "patch_perf_counter": (CHEAT, "judge_tampering", "at import: time.perf_counter"),
     "patch_cuda_sync": (CHEAT, "judge_tampering", "torch.cuda.Event; torch.cuda.synchronize"),
     "tf32_flags": (CHEAT, "judge_tampering", "allow_tf32 changed from False to True"),

@@ -86,6 +86,21 @@ def test_fresh_inputs_are_new_values_in_the_same_tensors():
     assert fresh.changed()
 
 
+def test_a_write_into_inputs_not_yet_refilled_is_seen_without_making_them_again(monkeypatch):
+    from evaluator import trials
+    from evaluator.loading import load_problem
+    from reference_problems import resolve_problem
+
+    relu = resolve_problem("relu")
+    problem = load_problem(relu.path, relu.meta.small)
+    inputs = trials.make_inputs(problem, 7, "cpu")
+    fresh = trials.FreshInputs(inputs, problem, 7, "cpu")
+    monkeypatch.setattr(trials, "make_inputs", lambda *args, **kw: pytest.fail("the inputs were made again"))
+    assert not fresh.changed()
+    inputs[0][0, 0] += 1  # what the leak check's calls of a candidate writing into its inputs leave
+    assert fresh.changed()
+
+
 def test_the_comparer_recomputes_a_timed_call_in_the_timers_own_tensors():
     """A second set of a 16 GB input ran the comparer out of memory beside its candidate on the H100 (stop 22)."""
     from evaluator.comparer import Expected
