@@ -68,13 +68,19 @@ def test_fresh_runs_before_every_call_outside_the_timer():
     assert max(samples) < 15  # 2 ms calls (a loaded machine stretches some); the 20 ms fills stayed out of every one
 
 
-def test_fresh_inputs_are_new_values_in_the_same_tensors():
+def _small_relu():
+    """The relu problem's module at its small size: inputs of one tensor, cheap to make on CPU."""
     from evaluator.loading import load_problem
-    from evaluator.trials import FreshInputs, make_inputs, rep_seed, timed_rep
     from reference_problems import resolve_problem
 
     relu = resolve_problem("relu")
-    problem = load_problem(relu.path, relu.meta.small)
+    return load_problem(relu.path, relu.meta.small)
+
+
+def test_fresh_inputs_are_new_values_in_the_same_tensors():
+    from evaluator.trials import FreshInputs, make_inputs, rep_seed, timed_rep
+
+    problem = _small_relu()
     inputs = make_inputs(problem, 7, "cpu")
     address, fresh = inputs[0].data_ptr(), FreshInputs(inputs, problem, 7, "cpu")
     assert fresh.label() == "timing" and not fresh.changed()
@@ -88,11 +94,8 @@ def test_fresh_inputs_are_new_values_in_the_same_tensors():
 
 def test_a_write_into_inputs_not_yet_refilled_is_seen_without_making_them_again(monkeypatch):
     from evaluator import trials
-    from evaluator.loading import load_problem
-    from reference_problems import resolve_problem
 
-    relu = resolve_problem("relu")
-    problem = load_problem(relu.path, relu.meta.small)
+    problem = _small_relu()
     inputs = trials.make_inputs(problem, 7, "cpu")
     fresh = trials.FreshInputs(inputs, problem, 7, "cpu")
     monkeypatch.setattr(trials, "make_inputs", lambda *args, **kw: pytest.fail("the inputs were made again"))
@@ -104,12 +107,9 @@ def test_a_write_into_inputs_not_yet_refilled_is_seen_without_making_them_again(
 def test_the_comparer_recomputes_a_timed_call_in_the_timers_own_tensors():
     """A second set of a 16 GB input ran the comparer out of memory beside its candidate on the H100 (stop 22)."""
     from evaluator.comparer import Expected
-    from evaluator.loading import load_problem
     from evaluator.trials import FreshInputs, make_inputs, rep_seed
-    from reference_problems import resolve_problem
 
-    relu = resolve_problem("relu")
-    problem = load_problem(relu.path, relu.meta.small)
+    problem = _small_relu()
     inputs = make_inputs(problem, 7, "cpu")
     expected = Expected(torch.nn.ReLU(), problem, {"timing": 7}, "cpu", budget=0)
     expected.timed = FreshInputs(inputs, problem, 7, "cpu")
