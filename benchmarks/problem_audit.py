@@ -75,8 +75,9 @@ def main() -> None:
 
 def audit_all(files: list[Path], settings: EvalSettings, fast_us: float, parallel: int,
               progress: Callable[[list[dict]], None]) -> list[dict]:
-    """Every problem's row, `parallel` at a time; a problem that could not run beside others (out of memory
-    with a neighbour) is audited again alone, so "does not fit" means the device, not the company."""
+    """Every problem's row, `parallel` at a time; a problem that failed beside others (most often out of memory
+    with a neighbour, but any failure) is audited again alone, so "does not fit" means the device, not the
+    company."""
     rows: list[dict] = []
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         for row in pool.map(lambda p: audit_one(p, settings, fast_us), files):
