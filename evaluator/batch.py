@@ -18,9 +18,8 @@ import torch
 
 from evaluator import buildcache, precompiled
 from evaluator.contracts import EvalSettings, EvaluatorError, Limits
-from evaluator.floor import WARM_ENV
 from evaluator.hardware import visible_gpus
-from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
+from evaluator.protocol import WARM_VAR, CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
 from evaluator.results import ChildResult
 from evaluator.sandbox import Child, jail_spec, require_layers, run_tool
 from evaluator.timing import CPU_CHILD_ENV, cpu_cores
@@ -116,9 +115,11 @@ class Batch:
               on_message: Callable[[dict], dict | None] | None = None, publish: bool = False) -> Child:
         """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request. On
         CPU a compile child (`publish`) runs off the timing cores, any other on them (it is spawned once the CPU
-        is held, and its reference is timed beside it there)."""
+        is held, and its reference is timed beside it there). What a child will use for the first time in a
+        stage is loaded at its start (WARM_VAR): a spare does it while it waits."""
         cpu = self.settings.device == "cpu"
-        env = (CPU_CHILD_ENV if cpu else {}) | (WARM_ENV if candidate is None else {})  # no candidate: the reference
+        warm = "counter,fillers" if candidate is None else "" if publish else "fillers"  # reference, compile, candidate
+        env = (CPU_CHILD_ENV if cpu else {}) | ({WARM_VAR: warm} if warm else {})
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
                      jail=self.jail(workdir, build_dir, problem, candidate, publish), env=env or None,
                      cores=self.cores[1 if publish else 0])

@@ -49,7 +49,7 @@ class EvalSettings(BaseModel):
     device: str = "cpu"  # "cpu" or "cuda"
     size: str = "full"  # "full" or "small" (the problem's small variant)
     trials: int = Field(3, ge=1)
-    leak_calls: int = Field(10, ge=2)
+    leak_calls: int = Field(10, ge=2)  # calls per leak window at most: fewer for a slow call (leaks.window_calls)
     timing: bool = True
     warmup_ms: float = 100.0
     rep_ms: float = 1000.0

@@ -38,13 +38,10 @@ class Floor:
         return f"{self.bound}_floor"
 
 
-WARM_ENV = {"KFORGE_WARM_FLOP_COUNTER": "1"}  # a reference child's environment: warm the counter before its request
-
-
 def warm_counter() -> None:
     """The counter's first use imports torch._dynamo: 1.2 s on the CI machine, 3.2 s of every reference run on the
-    H100 host (issue 17), where it held the device. A reference child does it at its start, on a CPU tensor, while
-    it waits for a device."""
+    H100 host (issue 17), where it held the device. A reference child does it at its start (evaluator.child), on a
+    CPU tensor, beside its first stages."""
     with torch.no_grad(), FlopCounterMode(display=False):
         torch.ones(2, 2) @ torch.ones(2, 2)
 

@@ -214,12 +214,12 @@ def _kernel(case: _Case) -> Outcome | None:
 
 def _leak(case: _Case) -> Outcome | None:
     """Memory that grew in both windows of calls, beyond noise: that is a leak, not a one-time cache."""
-    growth = case.result.read(Leaks).growth
-    leaked = {k: w[1] for k, w in growth.items() if min(w) > _LEAK_MIN_BYTES[k]}
+    report = case.result.read(Leaks)
+    leaked = {k: w[1] for k, w in report.growth.items() if min(w) > _LEAK_MIN_BYTES[k]}
     if not leaked:
         return None
     cause = "memory grows with every call: " + ", ".join(
-        f"{k} +{v / 2**20:.1f} MiB per {case.settings.leak_calls} calls" for k, v in leaked.items())
+        f"{k} +{v / 2**20:.1f} MiB per {report.calls} calls" for k, v in leaked.items())
     return Outcome(Status.LEAK, Evidence(stage="leak", leaked_bytes=leaked, cause=cause))
 
 

@@ -21,6 +21,9 @@ class _Line(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+WARM_VAR = "KFORGE_WARM"  # a child's environment: what to load before its request ("counter", "fillers"; comma-separated)
+
+
 # -- parent -> child: the request -------------------------------------------------------------------------------
 
 
@@ -236,6 +239,7 @@ class Trials(Message):
 class Leaks(Message):
     event: Literal["leaks"] = "leaks"
     growth: dict[str, tuple[int, int]]  # key -> growth over the two windows of calls
+    calls: int = Field(ge=1)  # calls in each window
 
 
 class Timing(Message):

@@ -179,10 +179,12 @@ def _on_free_device(batch: Batch, run: Callable[[Take], T]) -> tuple[T, str | No
             batch.give_back(held[0])
 
 
-def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: dict[str, dict], pacer: Pacer):
+def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: dict[str, dict], pacer: Pacer,
+           waited: dict[str, float]):
     """The candidate child's handoffs, answered: each call's outputs go to the problem's comparer, the answer
-    is kept for the judge, and the child is told to go on. On CPU the raw-bytes file is removed once judged.
-    Its paces go to the pacer, which times the reference beside its rounds."""
+    is kept for the judge (and the seconds it took in `waited`), and the child is told to go on. On CPU the
+    raw-bytes file is removed once judged. Its paces go to the pacer, which times the reference beside its
+    rounds."""
     def on_message(message: dict) -> Ack | Go | None:
         if message.get("event") == "pace":
             return pacer(message)
@@ -196,7 +198,9 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
             return Ack(ack=label)
         path = prep.workdir / "out" / f"{label}{OUTPUT_SUFFIX}" if batch.settings.device == "cpu" else None
         trial = int(label.removeprefix("trial_")) if label.startswith("trial_") else -1
+        start = time.monotonic()
         comparisons[label] = server.compare(label, label, trial, message.get("outputs"), path)
+        waited["comparer"] += time.monotonic() - start
         if path is not None:
             path.unlink(missing_ok=True)
         return Ack(ack=label)
@@ -230,10 +234,10 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     """The candidate's child starts while the problem's reference runs (if it has not yet); the candidate then
     runs on the device the comparer holds its expected outputs on."""
     settings, problem = batch.settings, prep.job.problem
-    server, comparisons = problems.server(problem), {}
+    server, comparisons, waited = problems.server(problem), {}, {"comparer": 0.0}
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired)
     child = batch.spawn(prep.workdir, prep.build_dir, problem, prep.candidate,
-                        on_message=_relay(batch, prep, server, comparisons, pacer))
+                        on_message=_relay(batch, prep, server, comparisons, pacer, waited))
     pacer.hold = child.paused  # the candidate's processes are stopped while its reference block runs
     waiting = time.monotonic()
     try:
@@ -255,7 +259,10 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     verdict.evidence.build_steps_s = build.get("steps") or {}
     verdict.evidence.stage_s = {"compile_child": round(compiled.wall_s, 3), "reference_wait": round(waited_s, 3),
                                 "reference_run": round(ref.run_s, 3), **{f"reference_{k}": v for k, v in ref.stage_s.items()},
-                                **result.stage_seconds(), "judge": round(judge_s, 3)}
+                                **result.stage_seconds(), "judge": round(judge_s, 3),
+                                # within the candidate's stages: its outputs judged, the reference timed beside it
+                                "of_which_comparer": round(waited["comparer"], 3),
+                                "of_which_reference_blocks": round(pacer.paired.paused_s, 3)}
     verdict.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
     verdict.evidence.notes += _notes(compiled, result)
     verdict.evidence.sandbox = (result.last("env") or {}).get("sandbox") or {}

@@ -55,6 +55,18 @@ class _Into(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def warm_fillers() -> None:
+    """What _Into asks of every fill, its first time: a factory call on the meta device. torch.randn's imports
+    torch's Python decompositions (487 modules, sympy among them): 0.3 s on the CI machine, ~1.8 s of the timing
+    stage of every randn problem on the H100 host (the seeds' conv1d and matmul repairs). A child that will fill
+    inputs does it at its start (evaluator.child), which a spare spends waiting anyway."""
+    with torch.device("meta"):  # as make_inputs runs them: inside a device context
+        for factory in (torch.rand, torch.randn, torch.zeros, torch.ones, torch.empty):
+            factory(1)
+        torch.randint(2, (1,))
+        torch.full((1,), 0.0)
+
+
 def make_inputs(problem: ModuleType, seed: int, device: str, into: list | None = None) -> list:
     """Inputs are created directly on the device, from a seed only the parent knows until now. Not under
     trusted(): that would also switch off the device context (a TorchFunctionMode) and build them on the CPU;

@@ -180,6 +180,28 @@ def test_inputs_whose_shape_changes_with_the_seed_keep_the_values_of_their_label
     assert not fresh.on and fresh.label() == "timing" and not fresh.changed()
 
 
+_FIRST_FILL = """
+import sys, types, torch
+from evaluator import trials
+problem = types.ModuleType("randn_problem")
+exec("import torch\\ndef get_inputs():\\n    return [torch.randn(64, 64)]", problem.__dict__)
+if sys.argv[1] == "warm":
+    trials.warm_fillers()
+loaded = len(sys.modules)
+assert trials.refill([torch.empty(64, 64)], problem, 3, "cpu", 1)
+print(len(sys.modules) - loaded)
+"""
+
+
+def test_a_warmed_child_loads_nothing_at_its_first_fill():
+    """A randn problem's first refill imported 487 modules inside the timing stage (~1.8 s on the H100 host);
+    a child that warmed the fillers at its start loads none there."""
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    loaded = {mode: int(subprocess.run([sys.executable, "-c", _FIRST_FILL, mode], env=env, capture_output=True,
+                                       text=True, timeout=120, check=True).stdout) for mode in ("cold", "warm")}
+    assert loaded["cold"] > 100 and loaded["warm"] == 0
+
+
 def test_the_floor_is_the_larger_bound_and_half_of_it_is_impossible():
     from evaluator.floor import floor, impossible
     from evaluator.hardware import PEAKS
