@@ -68,6 +68,15 @@ def test_fresh_runs_before_every_call_outside_the_timer():
     assert max(samples) < 15  # 2 ms calls (a loaded machine stretches some); the 20 ms fills stayed out of every one
 
 
+def test_a_slow_call_is_estimated_in_fewer_calls():
+    """Measured calls of the estimate stop once they add up to 100 ms: a 60 ms call is estimated from 2 after the
+    first (a 2 ms call from 5), then warmed up once."""
+    untimed = []
+    for ms, estimated in ((60, 3), (2, 6)):
+        bench(lambda: time.sleep(ms / 1e3), "cpu", 1, 1, 1, 1, rel_ci=None, mark=untimed.append)
+        assert untimed.pop() == estimated + 1
+
+
 def _small_relu():
     """The relu problem's module at its small size: inputs of one tensor, cheap to make on CPU."""
     from evaluator.loading import load_problem
