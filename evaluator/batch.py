@@ -115,11 +115,10 @@ class Batch:
               on_message: Callable[[dict], dict | None] | None = None, publish: bool = False) -> Child:
         """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request. On
         CPU a compile child (`publish`) runs off the timing cores, any other on them (it is spawned once the CPU
-        is held, and its reference is timed beside it there). What a child will use for the first time in a
-        stage is loaded at its start (WARM_VAR): a spare does it while it waits."""
+        is held, and its reference is timed beside it there). A reference child loads the FLOP counter at its
+        start (WARM_VAR)."""
         cpu = self.settings.device == "cpu"
-        warm = "counter,fillers" if candidate is None else "" if publish else "fillers"  # reference, compile, candidate
-        env = (CPU_CHILD_ENV if cpu else {}) | ({WARM_VAR: warm} if warm else {})
+        env = (CPU_CHILD_ENV if cpu else {}) | ({WARM_VAR: "counter"} if candidate is None else {})  # the reference
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
                      jail=self.jail(workdir, build_dir, problem, candidate, publish), env=env or None,
                      cores=self.cores[1 if publish else 0])

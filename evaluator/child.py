@@ -324,15 +324,13 @@ def _run_introspect(chan: Channel, req: IntrospectRequest) -> None:
 _WARMING: list[threading.Thread] = []  # the reference's counter, loading beside its trials
 
 
-def _warm(what: set[str]) -> None:
-    """Load before the request what a stage would load the first time it runs (WARM_VAR), and freeze what is
-    loaded so far: the leak check's gc.collect() then walks only what came after (80 ms a collection on the CI
-    machine with torch loaded, 17 us frozen). The fillers load at once (in a candidate child, before the guard's
-    snapshot); the counter in a thread, as only a reference child asks for it, which runs no candidate code
-    and joins it before it counts (a first reference has its request at once: 3.2 s on the H100 host)."""
-    if "fillers" in what:
-        trials.warm_fillers()
-    if "counter" in what:
+def _warm(what: str) -> None:
+    """Load at the start what a stage would load the first time it runs (WARM_VAR), and freeze what is loaded
+    so far: the leak check's gc.collect() then walks only what came after (80 ms a collection on the CI machine
+    with torch loaded, 17 us frozen). The counter loads in a thread: only a reference child asks for it, which
+    runs no candidate code (no guard to see torch._dynamo rewrap torch's functions) and joins it before it
+    counts; a first reference has its request at once, and the import took 3.2 s of it on the H100 host."""
+    if what == "counter":
         _WARMING.append(threading.Thread(target=floor.warm_counter, daemon=True))
         _WARMING[-1].start()
     gc.freeze()
@@ -341,7 +339,7 @@ def _warm(what: set[str]) -> None:
 def main() -> None:
     confined = confine.forbid_touching_parent(network=_own_network())  # before any candidate or problem code runs
     request_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
-    _warm(set(os.environ.get(WARM_VAR, "").split(",")))
+    _warm(os.environ.get(WARM_VAR, ""))
     requests = os.fdopen(request_fd, "rb")  # the request, then (reference, candidate) the parent's answers
     chan = Channel(result_fd)
     try:

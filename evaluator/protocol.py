@@ -21,7 +21,7 @@ class _Line(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-WARM_VAR = "KFORGE_WARM"  # a child's environment: what to load before its request ("counter", "fillers"; comma-separated)
+WARM_VAR = "KFORGE_WARM"  # a child's environment: what to load at its start ("counter": the FLOP counter)
 
 
 # -- parent -> child: the request -------------------------------------------------------------------------------

@@ -35,6 +35,22 @@ def _is_plain(value) -> bool:
 _FILLERS = frozenset({torch.rand, torch.randn, torch.randint, torch.zeros, torch.ones, torch.empty, torch.full})
 
 
+def _on_meta(func, args: tuple, kwargs: dict) -> torch.Tensor:
+    """A factory call's result on the meta device: its shape and dtype, no data. randn's and randint's meta
+    kernels are Python decompositions whose first use imports 487 modules (sympy among them): 0.3 s on the CI
+    machine, ~1.8 s of the timing stage of a randn problem on the H100 host. rand takes randn's arguments and
+    empty randint's size, with the same result shape and dtype, and load nothing."""
+    kwargs = {**kwargs, "device": "meta"}
+    if func is torch.randn:
+        return torch.rand(*args, **kwargs)
+    if func is torch.randint:  # randint(high, size) or randint(low, high, size), any of them by keyword
+        size = kwargs.pop("size", None) or args[-1]
+        for name in ("low", "high", "generator"):
+            kwargs.pop(name, None)
+        return torch.empty(size, **{"dtype": torch.int64, **kwargs})
+    return func(*args, **kwargs)
+
+
 class _Into(torch.overrides.TorchFunctionMode):
     """While get_inputs runs: a factory call whose result has the shape and dtype of one of `targets` (the
     inputs being refilled) writes into it (`out=`) instead of allocating, so refilling the usual
@@ -48,23 +64,11 @@ class _Into(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in _FILLERS and "out" not in kwargs and self.free:
-            probe = func(*args, **{**kwargs, "device": "meta"})
+            probe = _on_meta(func, args, kwargs)
             for i, t in enumerate(self.free):
                 if _T.shape.__get__(t) == probe.shape and _T.dtype.__get__(t) == probe.dtype:
                     return func(*args, **kwargs, out=self.free.pop(i))
         return func(*args, **kwargs)
-
-
-def warm_fillers() -> None:
-    """What _Into asks of every fill, its first time: a factory call on the meta device. torch.randn's imports
-    torch's Python decompositions (487 modules, sympy among them): 0.3 s on the CI machine, ~1.8 s of the timing
-    stage of every randn problem on the H100 host (the seeds' conv1d and matmul repairs). A child that will fill
-    inputs does it at its start (evaluator.child), which a spare spends waiting anyway."""
-    with torch.device("meta"):  # as make_inputs runs them: inside a device context
-        for factory in (torch.rand, torch.randn, torch.zeros, torch.ones, torch.empty):
-            factory(1)
-        torch.randint(2, (1,))
-        torch.full((1,), 0.0)
 
 
 def make_inputs(problem: ModuleType, seed: int, device: str, into: list | None = None) -> list:
