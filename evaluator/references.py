@@ -172,10 +172,11 @@ class OpenProblems:
             return self.servers[problem.sha256]
 
     def spare(self, waiting: list[Problem]) -> None:
-        """Start the reference children of problems waiting to open (CUDA only), up to _SPARES_PER_DEVICE: their
-        interpreter, torch and FLOP counter load (~7 s on the H100 host) before the problem's turn, which came
-        only after the problem before it closed where memory let one problem open at a time. A spare holds no
-        device memory: it touches CUDA only after its request."""
+        """Start the reference children of problems waiting to open (CUDA only), in the order given, up to
+        _SPARES_PER_DEVICE: their interpreter, torch and FLOP counter load (~7 s on the H100 host) before the
+        problem's turn, which came only after the problem before it closed where memory let one problem open at
+        a time, or after its first candidate's compile. A spare holds no device memory: it touches CUDA only
+        after its request."""
         for problem in waiting:  # called by the dispatcher's thread alone
             with self._lock:
                 if len(self.spares) >= _SPARES_PER_DEVICE * len(self.batch.gpus):
@@ -187,13 +188,17 @@ class OpenProblems:
                 self.spares[problem.sha256] = child
 
     def finished_one(self, problem: Problem) -> None:
-        """One candidate of the problem is judged (or failed before running); the last one closes it."""
+        """One candidate of the problem is judged (or failed before running); the last one closes it, or ends
+        its spare (its candidates all failed to compile): a spare nobody will take holds a slot."""
         with self._lock:
             self.remaining[problem.sha256] -= 1
             done = self.remaining[problem.sha256] <= 0
             server = self.servers.pop(problem.sha256, None) if done else None
+            spare = self.spares.pop(problem.sha256, None) if done else None
         if server:
             server.close()
+        if spare:
+            spare.finish(wait=False)
 
     def close_all(self) -> None:
         with self._lock:

@@ -284,6 +284,7 @@ class _Dispatcher:
     def __init__(self, batch: Batch, problems: OpenProblems, runners: ThreadPoolExecutor):
         self.batch, self.problems, self.runners = batch, problems, runners
         self.ready: list[tuple[_Prepared, ChildResult]] = []
+        self.compiling: list[_Prepared] = []  # in the batch's order
         self.running: set[Future] = set()
 
     def admit(self) -> set[Future]:
@@ -297,8 +298,8 @@ class _Dispatcher:
             if self.batch.settings.device == "cuda":
                 server.prestart()
             self.running.add(self.runners.submit(_judge_candidate, self.batch, self.problems, *item))
-        if self.batch.settings.device == "cuda":
-            self.problems.spare([prep.job.problem for prep, _ in self.ready])
+        if self.batch.settings.device == "cuda":  # the problems of compiled candidates, then of those compiling
+            self.problems.spare([prep.job.problem for prep, _ in self.ready] + [p.job.problem for p in self.compiling])
         return set(self.running)
 
 
@@ -330,12 +331,14 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
         if settings.device == "cpu":  # CPU timings must not share the cores with compilers
             wait(compiling)
         dispatch = _Dispatcher(batch, problems, runners)
-        pending = set(compiling)
+        dispatch.compiling = list(compiling.values())
+        pending = set(compiling) | dispatch.admit()  # on CUDA the first references start beside the compiles
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 if future in compiling:
                     prep = compiling[future]
+                    dispatch.compiling.remove(prep)
                     failed = _compile_failure(batch, prep, future.result())
                     if failed:
                         problems.finished_one(prep.job.problem)

@@ -112,6 +112,39 @@ def test_spare_reference_children_start_ahead_bounded_and_are_taken_or_ended(cpu
     assert all(child.proc.poll() is not None for child in [spare, *left]) and not problems.spares
 
 
+def test_a_spare_whose_problem_has_no_candidate_left_is_ended(cpu_settings):
+    """A problem's candidates may all fail to compile after its spare started (spares start beside the compiles):
+    its last one ends the spare, which would otherwise hold a slot until the batch ends."""
+    batch = Batch(cpu_settings)
+    a, b = (resolve_problem(n) for n in ("relu", "softmax"))
+    problems = OpenProblems(batch, [a, b])
+    try:
+        problems.spare([a])
+        child = problems.spares[a.sha256]
+        problems.finished_one(a)  # its only candidate did not compile
+        assert a.sha256 not in problems.spares
+        assert child.proc.wait(timeout=60) is not None
+    finally:
+        problems.close_all()
+        shutil.rmtree(batch.root)
+
+
+def test_the_dispatcher_asks_spares_for_compiled_problems_then_those_still_compiling():
+    """On CUDA the first references start beside the compiles: the first candidate compiled no longer waits
+    ~7 s for its reference's interpreter and torch (seeds + repairs cold, H100)."""
+    from types import SimpleNamespace
+
+    from evaluator.runner import _Dispatcher
+
+    asked: list[str] = []
+    problems = SimpleNamespace(servers={}, spare=asked.extend, admissible=lambda problem: False)
+    batch = SimpleNamespace(settings=SimpleNamespace(device="cuda"), gpus=["0"])
+    dispatch = _Dispatcher(batch, problems, runners=None)
+    job = lambda name: SimpleNamespace(job=SimpleNamespace(problem=resolve_problem(name)))  # noqa: E731
+    dispatch.ready, dispatch.compiling = [(job("matmul"), None)], [job("relu"), job("softmax")]
+    assert dispatch.admit() == set() and [p.name for p in asked] == ["matmul", "relu", "softmax"]
+
+
 def test_cli_exits_1_when_a_reference_fails_and_doctor_lists_the_layers(tmp_path, build_root):
     """kforge's own failure is not the user's error (2) and not success (0): the verdicts are printed, then exit 1."""
     import json
