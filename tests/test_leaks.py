@@ -22,8 +22,6 @@ def test_a_slow_call_that_keeps_memory_is_caught_in_fewer_calls():
     def call():
         time.sleep(0.1)
         kept.append(torch.ones(8 * 2**20, dtype=torch.uint8) + 1)  # 8 MiB a call, never freed: 32 MiB a window
-    start = time.perf_counter()
     growth, calls = measure_growth(call, "cpu", 10)
-    assert calls == 4 and len(kept) == 9  # one warm call, then two windows of 4
-    assert time.perf_counter() - start < 1.5  # 21 calls would take 2.1 s
+    assert calls == 4 and len(kept) == 9  # one warm call, then two windows of 4 (not 21 calls: 2.1 s)
     assert min(growth["host_rss"]) >= 24 * 2**20
