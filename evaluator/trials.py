@@ -44,7 +44,7 @@ def _on_meta(func, args: tuple, kwargs: dict) -> torch.Tensor:
     if func is torch.randn:
         return torch.rand(*args, **kwargs)
     if func is torch.randint:  # randint(high, size) or randint(low, high, size), any of them by keyword
-        size = kwargs.pop("size", None) or args[-1]
+        size = kwargs.pop("size") if "size" in kwargs else args[-1]  # size=() is a size
         for name in ("low", "high", "generator"):
             kwargs.pop(name, None)
         return torch.empty(size, **{"dtype": torch.int64, **kwargs})

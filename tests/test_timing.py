@@ -195,8 +195,10 @@ import torch.utils._device  # what every make_inputs loads (its device context):
 from evaluator import trials
 problem = types.ModuleType("drawn")
 exec("import torch\\ndef get_inputs():\\n    return [torch.randn(64, 64), torch.randint(3, 9, size=(5, 7)), "
-     "torch.randint(4, (6,), dtype=torch.int32)]", problem.__dict__)
-inputs = [torch.empty(64, 64), torch.empty(5, 7, dtype=torch.int64), torch.empty(6, dtype=torch.int32)]
+     "torch.randint(4, (6,), dtype=torch.int32), torch.randint(3, 9, size=()), torch.randint(0, 5, (9,))]",
+     problem.__dict__)
+inputs = [torch.empty(64, 64), torch.empty(5, 7, dtype=torch.int64), torch.empty(6, dtype=torch.int32),
+          torch.empty((), dtype=torch.int64), torch.empty(9, dtype=torch.int64)]
 addresses = [t.data_ptr() for t in inputs]
 loaded = len(sys.modules)
 assert trials.refill(inputs, problem, 3, "cpu", 1)
