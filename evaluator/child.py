@@ -261,6 +261,7 @@ def _pin(gpu: str | None) -> None:
 
 
 def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
+    chan.send(Stage(stage="setup"))  # the request is in: what the child loaded before it is the parent's `start`
     if _own_network() and not isinstance(req, ProfileRequest):
         raise RuntimeError(f"kforge: a {req.role} child must not run in the profile jail (its network is open)")
     if isinstance(req, IntrospectRequest):

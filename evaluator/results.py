@@ -13,6 +13,8 @@ from evaluator.protocol import CANDIDATE_EVENTS, Message, misfits
 
 M = TypeVar("M", bound=Message)
 
+_LATE_S = 0.1  # a request read this long after it was sent waited for the child to load
+
 
 class ChildResult(BaseModel):
     """What came back from a child: its messages (in order), how it ended, and its log."""
@@ -22,6 +24,7 @@ class ChildResult(BaseModel):
     timed_out: bool = False
     memory_exceeded: bool = False
     cancelled: bool = False  # kforge was interrupted: not a verdict on the candidate
+    spawned: float = 0.0  # time.monotonic() when the child was started (its interpreter and torch then load)
     started: float = 0.0  # time.monotonic() when the request went out: the child's clock starts here
     wall_s: float = 0.0
     stragglers: int = 0  # processes still carrying the child's token after it ended (killed)
@@ -46,8 +49,9 @@ class ChildResult(BaseModel):
 
     def stage_seconds(self, until: float | None = None) -> dict[str, float]:
         """Wall seconds per stage the child announced, by the parent's clock, up to its end (or `until`, for a child
-        that goes on); `start` is what the child does between the request and its first stage (a forged stage
-        message only mislabels the child's own time)."""
+        that goes on); `start` is what the child still had to load when its request went out (0 when it was
+        ready), `setup` its device, problem and model (a forged stage message only mislabels the child's own
+        time)."""
         last = self.started + self.wall_s if until is None else until
         marks = [("start", self.started)] + [(str(m.get("stage")), m["_t"]) for m in self.messages
                                              if m.get("event") == "stage" and m["_t"] <= last]
@@ -65,6 +69,12 @@ class ChildResult(BaseModel):
                 return f"an unexpected or repeated {event!r} message {m.get('stage') or m.get('which') or ''}".rstrip()
             seen.add(key)
         return ""
+
+    def load_s(self) -> float | None:
+        """Seconds the child took to load (interpreter, jail, torch) where its request waited for it, else None:
+        a child that was ready before its request says only that it took less."""
+        setup = self.arrival("stage", stage="setup")
+        return None if setup is None or setup - self.started < _LATE_S else setup - self.spawned
 
     @property
     def stage(self) -> str:

@@ -3,6 +3,7 @@ candidate alone on the device, judged in this (parent) process. Yields verdicts;
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import time
@@ -16,6 +17,7 @@ from pydantic import BaseModel
 from evaluator import buildcache
 from evaluator.batch import Batch, build_key
 from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Verdict
+from evaluator.dispatch import MOST_IN_FLIGHT, Dispatcher, Lookahead
 from evaluator.hardware import device_name
 from evaluator.judge import Outcome, Reference, ended_badly, harness_call, judge
 from evaluator.pacing import Pacer
@@ -157,23 +159,26 @@ def _already_built(prep: _Prepared) -> ChildResult:
 Take = Callable[..., str | None]
 
 
-def _on_free_device(batch: Batch, run: Callable[[Take], T]) -> tuple[T, str | None]:
+def _on_free_device(batch: Batch, run: Callable[[Take], T]) -> tuple[T, str | None, float]:
     """run(take) with one device of the batch held from the moment a child of it calls take(want=None) (its
     gate) until run ends: one child at a time per device, on whichever of the batch's GPUs (or the CPU) is free,
     or on `want` (where the problem's comparer lives). On CUDA a child starts (interpreter and torch, seconds)
     while it waits for a GPU; on CPU only once the CPU is free, so that start cannot slow another child's timed
-    run. A run that never calls take() holds no device."""
+    run. A run that never calls take() holds no device. Also says how many seconds it held it."""
     held: list[str | None] = []
+    since: list[float] = []
 
     def take(want: str | None = None) -> str | None:
         if not held:
             held.append(batch.take_device(want))
+            since.append(time.monotonic())
         return held[0]
 
     try:
         if batch.settings.device == "cpu":
             take()
-        return run(take), (held[0] if held else None)
+        value = run(take)
+        return value, (held[0] if held else None), (time.monotonic() - since[0] if since else 0.0)
     finally:
         if held:
             batch.give_back(held[0])
@@ -207,30 +212,34 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
     return on_message
 
 
-def _judge_candidate(batch: Batch, problems: OpenProblems, prep: _Prepared, compiled: ChildResult) -> Verdict:
+def _judge_candidate(batch: Batch, problems: OpenProblems, lookahead: Lookahead, prep: _Prepared,
+                     compiled: ChildResult) -> Verdict:
     """The candidate on a free device. Its problem's last candidate closes the comparer before the device is given
     back, so the next problem's reference never allocates beside a comparer that is still letting go of its
-    outputs (KernelBench's norm problems hold 7.5 GB a tensor)."""
-    began = []
+    outputs (KernelBench's norm problems hold 7.5 GB a tensor). The lookahead hears how long its child took to
+    load and how long it held the device."""
+    began, loads = [], []
 
     def run(take: Take) -> Verdict:
         began.append(True)
         try:
-            return _evaluate_compiled(batch, problems, prep, compiled, take)
+            return _evaluate_compiled(batch, problems, prep, compiled, take, loads.append)
         finally:
             problems.finished_one(prep.job.problem)
 
     batch.on_stage(prep.job, "running")
     try:
-        verdict, gpu = _on_free_device(batch, run)
+        verdict, gpu, held_s = _on_free_device(batch, run)
     finally:
         if not began:  # the batch stopped before the run began
             problems.finished_one(prep.job.problem)
+    lookahead.heard(loads[0] if loads else None, held_s)
     verdict.evidence.gpu = gpu
     return verdict
 
 
-def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, compiled: ChildResult, take: Take) -> Verdict:
+def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, compiled: ChildResult, take: Take,
+                       loaded: Callable[[float | None], None]) -> Verdict:
     """The candidate's child starts while the problem's reference runs (if it has not yet); the candidate then
     runs on the device the comparer holds its expected outputs on."""
     settings, problem = batch.settings, prep.job.problem
@@ -250,6 +259,7 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     child.limits = budget.limits
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=lambda: take(server.gpu))
     result = child.finish()
+    loaded(result.load_s())
     judged_at = time.monotonic()
     outcome = judge(result, ref, problem.meta, budget, comparisons, pacer.paired)
     judge_s = time.monotonic() - judged_at
@@ -277,32 +287,6 @@ def _compile_failure(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Ve
     return _verdict(prep.job, batch.settings, failed.status, evidence=failed.evidence) if failed else None
 
 
-class _Dispatcher:
-    """Hands compiled candidates to the device runners, at most two per device (one running, one starting),
-    candidates of open problems first, and a new problem only when OpenProblems has room for its comparer."""
-
-    def __init__(self, batch: Batch, problems: OpenProblems, runners: ThreadPoolExecutor):
-        self.batch, self.problems, self.runners = batch, problems, runners
-        self.ready: list[tuple[_Prepared, ChildResult]] = []
-        self.compiling: list[_Prepared] = []  # in the batch's order
-        self.running: set[Future] = set()
-
-    def admit(self) -> set[Future]:
-        self.ready.sort(key=lambda item: item[0].job.problem.sha256 not in self.problems.servers)
-        for item in list(self.ready):
-            problem = item[0].job.problem
-            if len(self.running) >= 2 * len(self.batch.gpus) or not self.problems.admissible(problem):
-                continue
-            self.ready.remove(item)
-            server = self.problems.server(problem)
-            if self.batch.settings.device == "cuda":
-                server.prestart()
-            self.running.add(self.runners.submit(_judge_candidate, self.batch, self.problems, *item))
-        if self.batch.settings.device == "cuda":  # the problems of compiled candidates, then of those compiling
-            self.problems.spare([prep.job.problem for prep, _ in self.ready] + [p.job.problem for p in self.compiling])
-        return set(self.running)
-
-
 Stage = Callable[[CandidateJob, str], None]
 
 
@@ -315,7 +299,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
     batch = Batch(settings)
     batch.on_stage = on_stage or (lambda job, stage: None)
     compilers = ThreadPoolExecutor(max_workers=settings.jobs)
-    runners = ThreadPoolExecutor(max_workers=2 * len(batch.gpus))
+    runners = ThreadPoolExecutor(max_workers=MOST_IN_FLIGHT * len(batch.gpus))
     problems = None
     try:
         prepared = []
@@ -330,7 +314,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
         compiling = {compilers.submit(_compile, batch, prep): prep for prep in prepared}
         if settings.device == "cpu":  # CPU timings must not share the cores with compilers
             wait(compiling)
-        dispatch = _Dispatcher(batch, problems, runners)
+        dispatch = Dispatcher(batch, problems, runners, functools.partial(_judge_candidate, batch, problems))
         dispatch.compiling = list(compiling.values())
         pending = set(compiling) | dispatch.admit()  # on CUDA the first references start beside the compiles
         while pending:

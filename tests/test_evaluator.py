@@ -66,9 +66,9 @@ def test_evidence_says_where_the_time_went(verdicts):
     assert v.evidence.cache_hit is False and v.evidence.build_steps_s["main.o"] > 1.0, v.evidence.build_steps_s
     assert v.evidence.build_steps_s["main.o"] < v.evidence.stage_s["compile_child"]
     stages = verdicts["cpu_fused_o3"].evidence.stage_s
-    reference = ["reference_start", "reference_correctness", "reference_flops", "reference_timing", "reference_timed",
+    reference = ["reference_start", "reference_setup", "reference_correctness", "reference_flops", "reference_timing", "reference_timed",
                  "reference_footprint", "reference_serving"]  # the reference child's stages, request to ready
-    assert list(stages) == ["compile_child", "reference_wait", "reference_run", *reference, "start", "compile", "init",
+    assert list(stages) == ["compile_child", "reference_wait", "reference_run", *reference, "start", "setup", "compile", "init",
                             "correctness", "leak", "timing", "timed", "probe", "judge", "of_which_comparer",
                             "of_which_reference_blocks"]
     assert 0 < stages["of_which_comparer"] < stages["correctness"] + stages["probe"]
@@ -246,3 +246,17 @@ def test_a_child_loads_torch_while_it_waits_for_a_device(cpu_settings, tmp_path)
     assert result.returncode == 0 and result.last("compiled"), result.log_tail()
     assert gate_open and result.started >= gate_open[0] and result.started - before > 2.0
     assert result.stage_seconds()["start"] < 1.5  # importing torch alone takes longer: it was loaded before the request
+    assert result.load_s() is None  # ready before its request: its load time is not known, only that it was shorter
+    late = _run_at_once(cpu_settings, tmp_path)
+    assert late.load_s() is not None and late.load_s() >= late.stage_seconds()["start"] > 0.3  # it loaded torch first
+
+
+def _run_at_once(cpu_settings, tmp_path):
+    """A compile child whose request goes out as it is spawned: the request waits for it to load."""
+    from evaluator.batch import Batch
+
+    batch = Batch(cpu_settings)
+    try:
+        return batch.run("compile", resolve_problem("relu"), tmp_path / "w2", tmp_path / "build2", tmp_path / "plain.py")
+    finally:
+        shutil.rmtree(batch.root)
