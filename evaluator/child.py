@@ -276,6 +276,7 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
     chan.send(_environment(device, confined))
     problem = loading.load_problem(Path(req.problem_path), req.overrides)
     if isinstance(req, ReferenceRequest):
+        chan.send(Stage(stage="init"))
         return _run_reference(chan, req, trials.build_model(problem.Model, problem, req.init_seed, device), problem, requests)
     build_dir, candidate = Path(os.environ["TORCH_EXTENSIONS_DIR"]), Path(req.candidate_path)
     headers = precompiled.Headers(build_dir.parent)  # the build root: shared by every candidate's build

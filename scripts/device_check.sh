@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "GPU evidence").
 # Usage: bash scripts/device_check.sh [evaluate|repeat N|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
-#        throughput [LEVEL]|audit [LEVELS]|doctor|pairing|crowd|agent|all]
+#        throughput [LEVEL]|audit [LEVELS]|doctor|pairing|crowd|agent|loads|all]
 # (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +30,12 @@ staged() {  # a solutions-style tree holding only the given files (kforge evalua
 repeat() {  # N more evaluations of the given files (default: the repairs), one batch each: parallel compiles
   local n=${1:-2}; shift; local dir; dir=$(staged ${@:-$REPAIRS})
   for i in $(seq "$n"); do kf evaluate $dir --device cuda --size full --jobs 14 --rerun --json; done | tee -a "$OUT/repeat.jsonl"
+}
+loads() {  # what a child's start costs: torch imported alone, then by six processes at once (a batch's start)
+  local TIMEFORMAT="%R s"
+  for i in 1 2 3; do echo "alone: $( { time python3 -c 'import torch' ; } 2>&1 )"; done | tee "$OUT/loads.txt"
+  for i in 1 2 3 4 5 6; do ( echo "one of six: $( { time python3 -c 'import torch' ; } 2>&1 )" ) & done | tee -a "$OUT/loads.txt"; wait
+  echo "import, CUDA init, one tensor: $( { time python3 -c "import torch; torch.zeros(1, device='cuda')" ; } 2>&1 )" | tee -a "$OUT/loads.txt"
 }
 probe() {  # the timer itself: hot vs flushed, first call vs steady state, run-to-run spread
   python3 benchmarks/gpu_timing_check.py | tee "$OUT/timing_check.json"
@@ -77,7 +83,7 @@ case "$cmd" in
   evaluate) evaluate ;; repeat) repeat "$@" ;; probe) probe ;; ncu) ncu "$@" ;; gpu-tests) gpu_tests ;;
   adversarial) adversarial ;; memory) memory ;; speed) speed "$@" ;; timeline) timeline "$@" ;;
   throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;; pairing) pairing "$@" ;; crowd) crowd ;;
-  agent) agent "$@" ;;
+  agent) agent "$@" ;; loads) loads ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
 esac
 kf leaderboard
