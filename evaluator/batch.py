@@ -19,7 +19,7 @@ import torch
 from evaluator import buildcache, precompiled
 from evaluator.contracts import EvalSettings, EvaluatorError, Limits
 from evaluator.hardware import visible_gpus
-from evaluator.protocol import WARM_VAR, CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
+from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
 from evaluator.results import ChildResult
 from evaluator.sandbox import Child, jail_spec, require_layers, run_tool
 from evaluator.timing import CPU_CHILD_ENV, cpu_cores
@@ -96,6 +96,10 @@ class Batch:
         return {"seeds": seeds, "timing_seed": self.timing_seed, "verify_seed": self.verify_seed,
                 "probe_fraction": self.probe_fraction}
 
+    def overrides(self, problem: Problem) -> dict:
+        """The module globals that resize the problem to the batch's size (none at its own size)."""
+        return problem.meta.small if self.settings.size == "small" else {}
+
     def request(self, role: str, problem: Problem, out_dir: Path, candidate: Path | None = None, **extra) -> Request:
         """The request of a compile, candidate or reference child, as the protocol types it."""
         s = self.settings
@@ -105,7 +109,7 @@ class Batch:
         timing = TimingRequest(enabled=s.timing, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms, min_reps=s.min_reps,
                                max_reps=s.max_reps, rel_ci=s.rel_ci, paired=s.paired)
         return _REQUESTS[role](
-            problem_path=str(problem.path), device=s.device, overrides=problem.meta.small if s.size == "small" else {},
+            problem_path=str(problem.path), device=s.device, overrides=self.overrides(problem),
             init_seed=self.init_seed, atol=problem.meta.atol, rtol=problem.meta.rtol, out_dir=str(out_dir),
             leak_calls=s.leak_calls, compile_baseline=s.compile_baseline, cpu_threads=s.cpu_threads, timing=timing,
             **self._secrets(role), **extra,
@@ -115,12 +119,10 @@ class Batch:
               on_message: Callable[[dict], dict | None] | None = None, publish: bool = False) -> Child:
         """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request. On
         CPU a compile child (`publish`) runs off the timing cores, any other on them (it is spawned once the CPU
-        is held, and its reference is timed beside it there). A reference child loads the FLOP counter at its
-        start (WARM_VAR)."""
+        is held, and its reference is timed beside it there)."""
         cpu = self.settings.device == "cpu"
-        env = (CPU_CHILD_ENV if cpu else {}) | ({WARM_VAR: "counter"} if candidate is None else {})  # the reference
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
-                     jail=self.jail(workdir, build_dir, problem, candidate, publish), env=env or None,
+                     jail=self.jail(workdir, build_dir, problem, candidate, publish), env=CPU_CHILD_ENV if cpu else None,
                      cores=self.cores[1 if publish else 0])
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,

@@ -15,15 +15,14 @@ import gc
 import json
 import os
 import sys
-import threading
 import traceback
 from pathlib import Path
 
 import torch
 
-from evaluator import (comparer, confine, extensions, floor, guard, hardware, introspect, jail, leaks, loading,
-                       precompiled, timing, trials)
-from evaluator.protocol import (WARM_VAR, CandidateRequest, Cheat, Compiled, Done, Env, Error, Go, IntrospectRequest,
+from evaluator import (comparer, confine, extensions, guard, hardware, introspect, jail, leaks, loading, precompiled,
+                       timing, trials)
+from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, Go, IntrospectRequest,
                                 Leaks, Memory, Message, Outputs, Pace, Probe, Profiled, ProfileRequest, Ready,
                                 ReferenceRequest, Request, Stage, Timing, Trials, read_request)
 
@@ -227,13 +226,9 @@ def _run_reference(chan: Channel, req: ReferenceRequest, model, problem, request
     chan.send(Stage(stage="correctness"))
     report = trials.run_trials(model, problem, req.seeds, device, expected.keep, _sync(device))
     chan.send(Trials(trials=report))
-    flops, timer = None, None
+    timer = None
     if req.timing.enabled:
-        chan.send(Stage(stage="flops"))
-        for thread in _WARMING:
-            thread.join()
         inputs = trials.make_inputs(problem, req.timing_seed, device)
-        flops = floor.count_flops(model, inputs)
         fresh = trials.FreshInputs(inputs, problem, req.timing_seed, device)  # timed as the candidate is
         expected.timed = fresh
         timer = comparer.Timer(lambda: model(*inputs), fresh, device)  # and again beside each candidate's rounds
@@ -247,7 +242,7 @@ def _run_reference(chan: Channel, req: ReferenceRequest, model, problem, request
     judge = comparer.Comparer(expected, req.atol, req.rtol, timer)
     audit = judge.audit() if req.audit else []
     chan.send(Stage(stage="serving"))
-    chan.send(Ready(footprint=_footprint(device, expected), audit=audit, flops=flops))
+    chan.send(Ready(footprint=_footprint(device, expected), audit=audit))
     comparer.serve(chan, requests, judge)
 
 
@@ -320,28 +315,19 @@ def _run_introspect(chan: Channel, req: IntrospectRequest) -> None:
     """Each problem file in turn: one that raises is answered with its error and the next goes on (a hang or a
     crash is the parent's to see and name)."""
     for path in req.problem_paths:
-        chan.send(introspect.measure(path))
+        chan.send(introspect.measure(path, req.overrides.get(path, {})))
 
 
-_WARMING: list[threading.Thread] = []  # the reference's counter, loading beside its trials
-
-
-def _warm(what: str) -> None:
-    """Load at the start what a stage would load the first time it runs (WARM_VAR), and freeze what is loaded
-    so far: the leak check's gc.collect() then walks only what came after (80 ms a collection on the CI machine
-    with torch loaded, 17 us frozen). The counter loads in a thread: only a reference child asks for it, which
-    runs no candidate code (no guard to see torch._dynamo rewrap torch's functions) and joins it before it
-    counts; a first reference has its request at once, and the import took 3.2 s of it on the H100 host."""
-    if what == "counter":
-        _WARMING.append(threading.Thread(target=floor.warm_counter, daemon=True))
-        _WARMING[-1].start()
+def _freeze_loaded() -> None:
+    """Freeze what is loaded at the start for the gc: the leak check's gc.collect() then walks only what came
+    after (80 ms a collection on the CI machine with torch loaded, 17 us frozen)."""
     gc.freeze()
 
 
 def main() -> None:
     confined = confine.forbid_touching_parent(network=_own_network())  # before any candidate or problem code runs
     request_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
-    _warm(os.environ.get(WARM_VAR, ""))
+    _freeze_loaded()
     requests = os.fdopen(request_fd, "rb")  # the request, then (reference, candidate) the parent's answers
     chan = Channel(result_fd)
     try:

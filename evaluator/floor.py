@@ -1,8 +1,8 @@
 """The physical floor of a call's time: what the device needs, at its peaks, to do the reference's FLOPs and to
 move the bytes of its inputs and outputs once. A median well below it is not fast, it is impossible: the work
-was skipped, cached or finished outside the timer. The FLOPs are counted in the trusted reference child
-(count_flops), the bytes come from its trials or the problem's declaration, the peaks from evaluator.hardware;
-the parent decides (judge.py) with `impossible`.
+was skipped, cached or finished outside the timer. The FLOPs are counted once per batch on the meta device
+(evaluator.costs), the bytes come from the reference's trials or the problem's declaration, the peaks from
+evaluator.hardware; the parent decides (judge.py) with `impossible`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from evaluator.hardware import Peak
 
@@ -38,23 +37,10 @@ class Floor:
         return f"{self.bound}_floor"
 
 
-def warm_counter() -> None:
-    """The counter's first use imports torch._dynamo: 1.2 s on the CI machine, 3.2 s of every reference run on the
-    H100 host (issue 17), where it held the device. A reference child does it at its start (evaluator.child), on a
-    CPU tensor, beside its first stages."""
-    with torch.no_grad(), FlopCounterMode(display=False):
-        torch.ones(2, 2) @ torch.ones(2, 2)
-
-
-def count_flops(model, inputs: list) -> int | None:
-    """The FLOPs of one forward call of the reference (matmuls and convolutions: what torch's counter knows).
-    None for inputs narrower than 16 bits, where the floor's 16-bit peak would not bound the arithmetic."""
-    if any(isinstance(t, torch.Tensor) and t.is_floating_point() and torch.finfo(t.dtype).bits < 16 for t in inputs):
-        return None
-    counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
-        model(*inputs)
-    return counter.get_total_flops() or None
+def countable(inputs: list) -> bool:
+    """Whether a call's FLOPs bound its time: not for inputs narrower than 16 bits, where the floor's 16-bit peak
+    would not bound the arithmetic."""
+    return not any(isinstance(t, torch.Tensor) and t.is_floating_point() and torch.finfo(t.dtype).bits < 16 for t in inputs)
 
 
 def floor(flops: int | None, nbytes: int | None, peak: Peak) -> Floor | None:

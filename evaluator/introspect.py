@@ -1,10 +1,12 @@
-"""Problem introspection: the bytes a problem's forward moves and the FLOPs it does, at the file's own (full) size.
+"""Problem introspection: the bytes a problem's forward moves and the FLOPs it does, at the file's own (full) size
+or at a batch's size (evaluator.costs: the FLOPs of the judge's floor).
 
 Problem files are code (an imported KernelBench file comes from anywhere), so they run where all code kforge judges
 runs: in an evaluator child (role `introspect`), in the jail, under the limits; the parent never executes them. The
 child builds the model and its inputs on torch's meta device (shapes only: no memory, no compute): bytes = inputs +
 parameters + buffers + outputs, FLOPs = torch's FlopCounterMode (matmuls and convolutions only, so None for
-element-wise problems). One child measures the files in turn. A file that raises is answered with its error; one
+element-wise problems, and for inputs narrower than 16 bits, where the floor's 16-bit peak would not bound the
+arithmetic). One child measures the files in turn. A file that raises is answered with its error; one
 that hangs past its budget or kills its child is named with the cause, and a fresh child goes on with the rest.
 """
 
@@ -13,7 +15,9 @@ from __future__ import annotations
 import shutil
 import signal
 import tempfile
+import threading
 from pathlib import Path
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
@@ -26,43 +30,52 @@ PER_FILE_S = 60.0  # a forward on the meta device takes well under a second; a f
 
 
 def introspect(paths: list[Path], sandbox: str = "strict", limits: Limits | None = None,
-               per_file_s: float = PER_FILE_S) -> dict[str, Measured]:
-    """Each file's measurement, or its error, keyed by its path as given. Raises EvaluatorError when a sandbox layer
-    is missing in strict mode (nothing runs then)."""
+               per_file_s: float = PER_FILE_S, overrides: dict[str, dict[str, Any]] | None = None,
+               stop: threading.Event | None = None,
+               on_answer: Callable[[str, Measured], None] | None = None) -> dict[str, Measured]:
+    """Each file's measurement, or its error, keyed by its path as given; `overrides` resizes a file (path ->
+    module globals); `on_answer` hears each as it comes. Raises EvaluatorError when a sandbox layer is missing
+    in strict mode (nothing runs then)."""
     limits, todo, found = limits or Limits(), [str(p) for p in paths], {}
     if not todo:
         return found
     scratch = Path(tempfile.mkdtemp(prefix="kforge-introspect-"))
     scratch.chmod(0o711)  # as a batch's root: a child running as another uid reaches its own folder in it
+    heard = on_answer or (lambda path, measured: None)
     try:
         require_layers(scratch, sandbox)
-        while todo:  # each child answers at least its first file, so this ends
-            found |= _measure_in_child(scratch / f"child{len(found)}", todo, limits, per_file_s)
+        while todo and not (stop and stop.is_set()):  # each child answers at least its first file, so this ends
+            asked = IntrospectRequest(problem_paths=todo, overrides={p: o for p, o in (overrides or {}).items() if p in todo})
+            found |= _measure_in_child(scratch / f"child{len(found)}", asked, limits, per_file_s, stop, heard)
             todo = [p for p in todo if p not in found]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return found
 
 
-def _measure_in_child(workdir: Path, paths: list[str], limits: Limits, per_file_s: float) -> dict[str, Measured]:
+def _measure_in_child(workdir: Path, request: IntrospectRequest, limits: Limits, per_file_s: float,
+                      stop: threading.Event | None, heard: Callable[[str, Measured], None]) -> dict[str, Measured]:
     """The answers one child gives, in order, until it ends or stalls; the file it stalled or died on is answered
     with why."""
-    child = Child(workdir, workdir / "build", limits, cap_address_space=True,
+    paths = request.problem_paths
+    child = Child(workdir, workdir / "build", limits, cap_address_space=True, stop=stop,
                   jail=jail_spec([workdir], [Path(p) for p in paths]))
     found: dict[str, Measured] = {}
     try:
-        child.begin(IntrospectRequest(problem_paths=paths))
+        child.begin(request)
         message = child.wait_for("env")  # the start (interpreter, torch) runs no problem code: the whole limit
         for path in paths if message is not None else []:
             message = child.wait_for("measured", child.result.messages.index(message) + 1, timeout_s=per_file_s)
             if message is None:
                 break
             found[path] = _answer(path, message)
+            heard(path, found[path])
     finally:
         result = child.finish(wait=len(found) == len(paths))
     stalled = next((p for p in paths if p not in found), None)
-    if stalled is not None:
+    if stalled is not None and not result.cancelled:
         found[stalled] = Measured(which=stalled, error=_cause(result, per_file_s, limits))
+        heard(stalled, found[stalled])
     return found
 
 
@@ -90,22 +103,25 @@ def _cause(result: ChildResult, per_file_s: float, limits: Limits) -> str:
     return f"its child {how} while measuring it" + (f"; log: {tail[-1][:200]}" if tail else "")
 
 
-def measure(path: str) -> Measured:
-    """Child side: one forward pass of the file's Model on meta tensors; any failure of the file is its answer."""
-    import runpy
-
+def measure(path: str, overrides: dict[str, Any]) -> Measured:
+    """Child side: one forward pass of the file's Model on meta tensors, resized by `overrides`; any failure of
+    the file is its answer."""
     import torch
     from torch.utils._pytree import tree_leaves
     from torch.utils.flop_counter import FlopCounterMode
 
+    from evaluator.floor import countable
+    from evaluator.loading import load_problem
+
     try:
         with torch.device("meta"):
-            ns = runpy.run_path(path)
-            model, inputs = ns["Model"](*ns["get_init_inputs"]()), ns["get_inputs"]()
+            problem = load_problem(Path(path), overrides)
+            model, inputs = problem.Model(*problem.get_init_inputs()), problem.get_inputs()
             with torch.no_grad(), FlopCounterMode(display=False) as counter:
                 outputs = model(*inputs)
         tensors = [*tree_leaves(inputs), *model.parameters(), *model.buffers(), *tree_leaves(outputs)]
         nbytes = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
     except Exception as exc:  # noqa: BLE001 - a failing problem file is an answer, not the end of the child
         return Measured(which=path, error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
-    return Measured(which=path, bytes_moved=nbytes or None, flops=counter.get_total_flops() or None)
+    flops = counter.get_total_flops() if countable(inputs) else 0
+    return Measured(which=path, bytes_moved=nbytes or None, flops=flops or None)

@@ -43,7 +43,7 @@ class Reference:
     footprint: int = 0  # bytes the comparer holds on its device (host bytes on CPU)
     audit: list[dict] = field(default_factory=list)
     run_s: float = 0.0  # the reference child's seconds from its request to ready: what a candidate's budget follows
-    flops: int | None = None  # of one call on the timing inputs, counted by torch's FlopCounterMode in the child
+    flops: int | None = None  # of one call at the batch's size, counted on the meta device (evaluator.costs)
     stage_s: dict[str, float] = field(default_factory=dict)  # the reference child's stages up to ready
 
     @property

@@ -21,7 +21,6 @@ class _Line(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-WARM_VAR = "KFORGE_WARM"  # a child's environment: what to load at its start ("counter": the FLOP counter)
 
 
 # -- parent -> child: the request -------------------------------------------------------------------------------
@@ -82,10 +81,12 @@ class ReferenceRequest(_SeededRequest):
 
 
 class IntrospectRequest(_Line):
-    """Measure problem files at their own (full) size on torch's meta device: shapes only, no data, no compute."""
+    """Measure problem files on torch's meta device (shapes only, no data, no compute), at their own size or
+    resized by `overrides` (path -> module globals, as a batch's --size small resizes them)."""
 
     role: Literal["introspect"] = "introspect"
     problem_paths: list[str]
+    overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
     gpu: str | None = None
 
 
@@ -315,7 +316,6 @@ class Ready(Message):
     event: Literal["ready"] = "ready"
     footprint: int
     audit: list[dict[str, Any]]
-    flops: int | None = None  # of one call on the timing inputs (torch's FlopCounterMode), for the physical floor
 
 
 class Compared(Message):
@@ -337,7 +337,7 @@ class Audited(Message):
 
 
 class Measured(Message):
-    """An introspect child's answer on one problem file: its cost at full size, or why it could not be measured."""
+    """An introspect child's answer on one problem file: its cost at the size asked, or why it could not be measured."""
 
     event: Literal["measured"] = "measured"
     which: str  # the problem file's path, as requested

@@ -102,7 +102,7 @@ class ReferenceServer:
         self.reference = Reference(meta={label: entry["outputs"] for label, entry in report.items()}, trials=report,
                                    timing=times.get("model"), compiled=times.get("compiled"),
                                    footprint=int(ready.get("footprint", 0)), audit=ready.get("audit") or [],
-                                   run_s=ready["_t"] - result.started, flops=ready.get("flops"),
+                                   run_s=ready["_t"] - result.started,
                                    stage_s=result.stage_seconds(until=ready["_t"]))
 
     def _pin(self, gpu: str | None) -> str | None:

@@ -3,6 +3,7 @@ candidate alone on the device, judged in this (parent) process. Yields verdicts;
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import shutil
@@ -17,6 +18,7 @@ from pydantic import BaseModel
 from evaluator import buildcache
 from evaluator.batch import Batch, build_key
 from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Verdict
+from evaluator.costs import ProblemCosts
 from evaluator.dispatch import MOST_IN_FLIGHT, Dispatcher, Lookahead
 from evaluator.hardware import device_name
 from evaluator.judge import Outcome, Reference, ended_badly, harness_call, judge
@@ -212,8 +214,8 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
     return on_message
 
 
-def _judge_candidate(batch: Batch, problems: OpenProblems, lookahead: Lookahead, prep: _Prepared,
-                     compiled: ChildResult) -> Verdict:
+def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, lookahead: Lookahead,
+                     prep: _Prepared, compiled: ChildResult) -> Verdict:
     """The candidate on a free device. Its problem's last candidate closes the comparer before the device is given
     back, so the next problem's reference never allocates beside a comparer that is still letting go of its
     outputs (KernelBench's norm problems hold 7.5 GB a tensor). The lookahead hears how long its child took to
@@ -223,7 +225,7 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, lookahead: Lookahead,
     def run(take: Take) -> Verdict:
         began.append(True)
         try:
-            return _evaluate_compiled(batch, problems, prep, compiled, take, loads.append)
+            return _evaluate_compiled(batch, problems, costs, prep, compiled, take, loads.append)
         finally:
             problems.finished_one(prep.job.problem)
 
@@ -238,10 +240,10 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, lookahead: Lookahead,
     return verdict
 
 
-def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, compiled: ChildResult, take: Take,
-                       loaded: Callable[[float | None], None]) -> Verdict:
+def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: _Prepared,
+                       compiled: ChildResult, take: Take, loaded: Callable[[float | None], None]) -> Verdict:
     """The candidate's child starts while the problem's reference runs (if it has not yet); the candidate then
-    runs on the device the comparer holds its expected outputs on."""
+    runs on the device the comparer holds its expected outputs on, and is judged with its problem's FLOPs."""
     settings, problem = batch.settings, prep.job.problem
     server, comparisons, waited = problems.server(problem), {}, {"comparer": 0.0}
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired)
@@ -261,6 +263,8 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, co
     result = child.finish()
     loaded(result.load_s())
     judged_at = time.monotonic()
+    if costs:
+        ref = dataclasses.replace(ref, flops=costs.flops(problem))
     outcome = judge(result, ref, problem.meta, budget, comparisons, pacer.paired)
     judge_s = time.monotonic() - judged_at
     verdict = _verdict(prep.job, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
@@ -312,9 +316,12 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
                 prepared.append(item)
         problems = OpenProblems(batch, [prep.job.problem for prep in prepared])
         compiling = {compilers.submit(_compile, batch, prep): prep for prep in prepared}
-        if settings.device == "cpu":  # CPU timings must not share the cores with compilers
+        costs = ProblemCosts(batch, [prep.job.problem for prep in prepared]) if settings.timing and prepared else None
+        if settings.device == "cpu":  # CPU timings must not share the cores with compilers, nor the introspection
             wait(compiling)
-        dispatch = Dispatcher(batch, problems, runners, functools.partial(_judge_candidate, batch, problems))
+            if costs:
+                costs.wait()
+        dispatch = Dispatcher(batch, problems, runners, functools.partial(_judge_candidate, batch, problems, costs))
         dispatch.compiling = list(compiling.values())
         pending = set(compiling) | dispatch.admit()  # on CUDA the first references start beside the compiles
         while pending:

@@ -66,7 +66,7 @@ def test_evidence_says_where_the_time_went(verdicts):
     assert v.evidence.cache_hit is False and v.evidence.build_steps_s["main.o"] > 1.0, v.evidence.build_steps_s
     assert v.evidence.build_steps_s["main.o"] < v.evidence.stage_s["compile_child"]
     stages = verdicts["cpu_fused_o3"].evidence.stage_s
-    reference = ["reference_start", "reference_setup", "reference_init", "reference_correctness", "reference_flops", "reference_timing", "reference_timed",
+    reference = ["reference_start", "reference_setup", "reference_init", "reference_correctness", "reference_timing", "reference_timed",
                  "reference_footprint", "reference_serving"]  # the reference child's stages, request to ready
     assert list(stages) == ["compile_child", "reference_wait", "reference_run", *reference, "start", "setup", "compile", "init",
                             "correctness", "leak", "timing", "timed", "probe", "judge", "of_which_comparer",

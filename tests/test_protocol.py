@@ -105,6 +105,33 @@ def test_introspection_names_a_file_that_raises_hangs_or_kills_its_child(tmp_pat
     assert (by["relu"].bytes_moved, by["relu"].error) == (RELU.meta.bytes_moved, "")
 
 
+SIZED = """import torch
+N = 64
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x @ x
+def get_inputs():
+    return [torch.randn(N, N, dtype=DTYPE)]
+def get_init_inputs():
+    return []
+DTYPE = torch.float32
+"""
+
+
+def test_introspection_counts_at_the_size_a_batch_asks_and_answers_as_it_goes(tmp_path: Path) -> None:
+    """A batch's FLOPs (evaluator.costs) are counted at its size: the overrides resize the file as the reference
+    child's request does. Each answer is heard as it comes; 8-bit inputs get no FLOPs (the 16-bit peak would not
+    bound them)."""
+    narrow = SIZED.replace("DTYPE = torch.float32", "DTYPE = torch.float8_e4m3fn")
+    files = [_problem(tmp_path, "sized", SIZED), _problem(tmp_path, "narrow", narrow)]
+    heard: list[str] = []
+    found = introspect(files, per_file_s=30, on_answer=lambda path, measured: heard.append(Path(path).stem),
+                       overrides={str(files[0]): {"N": 32}})
+    assert heard == ["sized", "narrow"]
+    assert found[str(files[0])].flops == 2 * 32**3 and found[str(files[0])].bytes_moved == 2 * 32 * 32 * 4
+    assert found[str(files[1])].flops is None and found[str(files[1])].error == ""
+
+
 def test_the_report_omits_what_introspection_could_not_measure(tmp_path: Path, caplog) -> None:
     files = [_problem(tmp_path, "raises", "raise ValueError('no shapes here')\n"), _problem(tmp_path, "good", GOOD)]
     with caplog.at_level(logging.WARNING, logger="kforge.speed_of_light"):

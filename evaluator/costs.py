@@ -1,0 +1,58 @@
+"""The FLOPs of a batch's problems, for the judge's floor: counted once per batch, on torch's meta device, by one
+introspect child (evaluator.introspect) that starts beside the compiles. Not in each reference child: torch's
+counter imports torch._dynamo on its first use (2-3 s on the H100 host), and a reference child paid it while it
+held the device: 109 s of a warm level-1 batch's 480 s (stop 24). The count needs shapes only, so the meta
+device gives what a real call gives."""
+
+from __future__ import annotations
+
+import threading
+
+from evaluator.batch import Batch
+from evaluator.introspect import introspect
+from evaluator.protocol import Measured
+from reference_problems import Problem
+
+
+class ProblemCosts:
+    """Starts measuring the problems at once (in a thread); `flops` waits for one problem's answer."""
+
+    def __init__(self, batch: Batch, problems: list[Problem]):
+        self.batch = batch
+        unique = {str(p.path): p for p in problems}
+        self.failure = ""  # why the introspection could not run at all
+        self._found: dict[str, Measured] = {}
+        self._done = threading.Condition()
+        self._ended = False
+        self._thread = threading.Thread(target=self._measure, args=(unique,), daemon=True)
+        self._thread.start()
+
+    def _measure(self, problems: dict[str, Problem]) -> None:
+        settings = self.batch.settings
+        try:
+            introspect(list(problems), sandbox=settings.sandbox, limits=settings.limits, stop=self.batch.stop,
+                       overrides={path: self.batch.overrides(p) for path, p in problems.items()},
+                       on_answer=self._heard)
+        except Exception as exc:  # noqa: BLE001 - no FLOPs is a floor not drawn, never the end of the batch
+            self.failure = f"{type(exc).__name__}: {exc}"
+        finally:
+            with self._done:
+                self._ended = True
+                self._done.notify_all()
+
+    def _heard(self, path: str, measured: Measured) -> None:
+        with self._done:
+            self._found[path] = measured
+            self._done.notify_all()
+
+    def flops(self, problem: Problem) -> int | None:
+        """The FLOPs of one call of the problem at the batch's size; None where none were counted (element-wise
+        problems, a model the meta device cannot run, a batch stopped first). Waits until its answer came."""
+        with self._done:
+            self._done.wait_for(lambda: str(problem.path) in self._found or self._ended)
+            found = self._found.get(str(problem.path))
+        return found.flops if found else None
+
+    def wait(self) -> None:
+        """Until every problem is answered: on CPU the introspect child must be gone before anything is timed."""
+        self._thread.join()
