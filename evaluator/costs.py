@@ -19,7 +19,7 @@ class ProblemCosts:
 
     def __init__(self, batch: Batch, problems: list[Problem]):
         self.batch = batch
-        unique = {str(p.path): p for p in problems}
+        unique = {str(p.path.resolve()): p for p in problems}  # the child's working directory is its own
         self.failure = ""  # why the introspection could not run at all
         self._found: dict[str, Measured] = {}
         self._done = threading.Condition()
@@ -49,8 +49,9 @@ class ProblemCosts:
         """The FLOPs of one call of the problem at the batch's size; None where none were counted (element-wise
         problems, a model the meta device cannot run, a batch stopped first). Waits until its answer came."""
         with self._done:
-            self._done.wait_for(lambda: str(problem.path) in self._found or self._ended)
-            found = self._found.get(str(problem.path))
+            path = str(problem.path.resolve())
+            self._done.wait_for(lambda: path in self._found or self._ended)
+            found = self._found.get(path)
         return found.flops if found else None
 
     def wait(self) -> None:
