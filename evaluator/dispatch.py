@@ -12,34 +12,34 @@ from typing import Any, Callable
 from evaluator.batch import Batch
 from evaluator.references import OpenProblems
 
-MOST_IN_FLIGHT = 3  # per device: a loaded child waiting for its turn holds ~0.5 GB of host memory
+MOST_IN_FLIGHT = 4  # per device: a loaded child waiting for its turn holds ~0.4 GB of host memory
 
 
 class Lookahead:
     """Candidates in flight per device: one holding it, and enough whose children load meanwhile (interpreter,
-    jail, torch: 4-5 s on the H100 host) that the next is ready when the device is free. From the batch's own
-    runs: 1 + ceil(load / held), the median load of children whose request had to wait for them over the median
-    time a candidate held its device; 2 (one running, one loading) until a child was late, at most
-    MOST_IN_FLIGHT. Stop 23's regression showed the cost of a late child: 2 s of idle device a candidate."""
+    jail, torch: 3-5 s on the H100 host, more while others load) that the next is ready when the device is
+    free. From the batch's own runs: 1 + ceil(load / busy), the median load time of children the device had
+    to wait for (a candidate's or its reference's) over the median time a candidate kept the device busy (its
+    hold less that waiting); 2 (one running, one loading) until a child was late, at most MOST_IN_FLIGHT.
+    A late child costs its whole lateness in idle device: stop 24's warm level-1 run lost 50 s of 373 s so."""
 
     def __init__(self) -> None:
         self.loads: list[float] = []
-        self.held: list[float] = []
+        self.busy: list[float] = []
         self._lock = threading.Lock()
 
-    def heard(self, load_s: float | None, held_s: float) -> None:
-        """One candidate's run: how long its child took to load if its request waited for it, and how long it
-        held the device."""
+    def heard(self, loads: list[float], busy_s: float) -> None:
+        """One candidate's run: the load times of the children its device waited for, and how long it kept the
+        device busy."""
         with self._lock:
-            self.held.append(held_s)
-            if load_s is not None:
-                self.loads.append(load_s)
+            self.busy.append(busy_s)
+            self.loads.extend(loads)
 
     def depth(self) -> int:
         with self._lock:
-            if not self.loads or not self.held:
+            if not self.loads or not self.busy:
                 return 2
-            wanted = 1 + math.ceil(statistics.median(self.loads) / max(statistics.median(self.held), 1e-3))
+            wanted = 1 + math.ceil(statistics.median(self.loads) / max(statistics.median(self.busy), 1e-3))
         return max(2, min(MOST_IN_FLIGHT, wanted))
 
 

@@ -220,7 +220,7 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
     back, so the next problem's reference never allocates beside a comparer that is still letting go of its
     outputs (KernelBench's norm problems hold 7.5 GB a tensor). The lookahead hears how long its child took to
     load and how long it held the device."""
-    began, loads = [], []
+    began, loads = [], []  # (load, late) of the children this run's device waited for
 
     def run(take: Take) -> Verdict:
         began.append(True)
@@ -235,13 +235,13 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
     finally:
         if not began:  # the batch stopped before the run began
             problems.finished_one(prep.job.problem)
-    lookahead.heard(loads[0] if loads else None, held_s)
+    lookahead.heard([load for load, _ in loads], held_s - sum(late for _, late in loads))
     verdict.evidence.gpu = gpu
     return verdict
 
 
 def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: _Prepared,
-                       compiled: ChildResult, take: Take, loaded: Callable[[float | None], None]) -> Verdict:
+                       compiled: ChildResult, take: Take, loaded: Callable[[tuple[float, float]], None]) -> Verdict:
     """The candidate's child starts while the problem's reference runs (if it has not yet); the candidate then
     runs on the device the comparer holds its expected outputs on, and is judged with its problem's FLOPs."""
     settings, problem = batch.settings, prep.job.problem
@@ -261,7 +261,9 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts
     child.limits = budget.limits
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=lambda: take(server.gpu))
     result = child.finish()
-    loaded(result.load_s())
+    for late in (result, server.child.result if waited_s > 0.05 else None):  # the reference ran in this hold
+        if late is not None and late.load_s() is not None:
+            loaded((late.load_s(), late.stage_seconds().get("start", 0.0)))
     judged_at = time.monotonic()
     if costs:
         ref = dataclasses.replace(ref, flops=costs.flops(problem))

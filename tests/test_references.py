@@ -147,7 +147,7 @@ def test_the_dispatcher_asks_spares_for_compiled_problems_then_those_still_compi
 
 def test_the_dispatcher_keeps_more_candidates_loading_once_a_child_was_late():
     """One candidate holds the device and one loads, until a child's request had to wait for it to load: then
-    1 + ceil(load / held) per device, at most MOST_IN_FLIGHT (stop 23: children 2 s late cost 42 % idle GPU)."""
+    1 + ceil(load / busy) per device, at most MOST_IN_FLIGHT (stop 23: children 2 s late cost 42 % idle GPU)."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
     from types import SimpleNamespace
@@ -156,7 +156,7 @@ def test_the_dispatcher_keeps_more_candidates_loading_once_a_child_was_late():
 
     assert Lookahead().depth() == 2
     fast = Lookahead()
-    fast.heard(None, 3.0)
+    fast.heard([], 3.0)
     assert fast.depth() == 2  # nobody was late: no more children than before
     release, judged = threading.Event(), []
 
@@ -169,16 +169,16 @@ def test_the_dispatcher_keeps_more_candidates_loading_once_a_child_was_late():
                                server=lambda problem: server)
     batch = SimpleNamespace(settings=SimpleNamespace(device="cuda"), gpus=["0"])
     job = SimpleNamespace(job=SimpleNamespace(problem=resolve_problem("relu")))
-    with ThreadPoolExecutor(max_workers=4) as runners:
+    with ThreadPoolExecutor(max_workers=MOST_IN_FLIGHT) as runners:
         dispatch = Dispatcher(batch, problems, runners, judge_one)
-        dispatch.ready = [(job, None)] * 4
+        dispatch.ready = [(job, None)] * 6
         assert len(dispatch.admit()) == 2
-        dispatch.lookahead.heard(4.5, 3.0)  # a child loaded 4.5 s; a candidate holds the device 3 s
+        dispatch.lookahead.heard([4.5], 3.0)  # a child loaded 4.5 s; a candidate keeps the device busy 3 s
         assert dispatch.lookahead.depth() == 3 and len(dispatch.admit()) == 3
-        dispatch.lookahead.heard(9.0, 0.1)
-        assert len(dispatch.admit()) == MOST_IN_FLIGHT == 3  # the cap: each waiting child holds host memory
+        dispatch.lookahead.heard([9.0, 9.0], 0.1)
+        assert len(dispatch.admit()) == MOST_IN_FLIGHT == 4  # the cap: each waiting child holds host memory
         release.set()
-    assert len(judged) == 3
+    assert len(judged) == 4
 
 
 def test_cli_exits_1_when_a_reference_fails_and_doctor_lists_the_layers(tmp_path, build_root):
