@@ -13,8 +13,6 @@ from evaluator.protocol import CANDIDATE_EVENTS, Message, misfits
 
 M = TypeVar("M", bound=Message)
 
-_LATE_S = 0.1  # a request read this long after it was sent waited for the child to load
-
 
 class ChildResult(BaseModel):
     """What came back from a child: its messages (in order), how it ended, and its log."""
@@ -24,7 +22,6 @@ class ChildResult(BaseModel):
     timed_out: bool = False
     memory_exceeded: bool = False
     cancelled: bool = False  # kforge was interrupted: not a verdict on the candidate
-    spawned: float = 0.0  # time.monotonic() when the child was started (its interpreter and torch then load)
     started: float = 0.0  # time.monotonic() when the request went out: the child's clock starts here
     wall_s: float = 0.0
     stragglers: int = 0  # processes still carrying the child's token after it ended (killed)
@@ -69,12 +66,6 @@ class ChildResult(BaseModel):
                 return f"an unexpected or repeated {event!r} message {m.get('stage') or m.get('which') or ''}".rstrip()
             seen.add(key)
         return ""
-
-    def load_s(self) -> float | None:
-        """Seconds the child took to load (interpreter, jail, torch) where its request waited for it, else None:
-        a child that was ready before its request says only that it took less."""
-        setup = self.arrival("stage", stage="setup")
-        return None if setup is None or setup - self.started < _LATE_S else setup - self.spawned
 
     @property
     def stage(self) -> str:

@@ -19,7 +19,7 @@ from evaluator import buildcache
 from evaluator.batch import Batch, build_key
 from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Verdict
 from evaluator.costs import ProblemCosts
-from evaluator.dispatch import MOST_IN_FLIGHT, Dispatcher, Lookahead
+from evaluator.dispatch import IN_FLIGHT, Dispatcher
 from evaluator.hardware import device_name
 from evaluator.judge import Outcome, Reference, ended_badly, harness_call, judge
 from evaluator.pacing import Pacer
@@ -161,26 +161,23 @@ def _already_built(prep: _Prepared) -> ChildResult:
 Take = Callable[..., str | None]
 
 
-def _on_free_device(batch: Batch, run: Callable[[Take], T]) -> tuple[T, str | None, float]:
+def _on_free_device(batch: Batch, run: Callable[[Take], T]) -> tuple[T, str | None]:
     """run(take) with one device of the batch held from the moment a child of it calls take(want=None) (its
     gate) until run ends: one child at a time per device, on whichever of the batch's GPUs (or the CPU) is free,
     or on `want` (where the problem's comparer lives). On CUDA a child starts (interpreter and torch, seconds)
     while it waits for a GPU; on CPU only once the CPU is free, so that start cannot slow another child's timed
-    run. A run that never calls take() holds no device. Also says how many seconds it held it."""
+    run. A run that never calls take() holds no device."""
     held: list[str | None] = []
-    since: list[float] = []
 
     def take(want: str | None = None) -> str | None:
         if not held:
             held.append(batch.take_device(want))
-            since.append(time.monotonic())
         return held[0]
 
     try:
         if batch.settings.device == "cpu":
             take()
-        value = run(take)
-        return value, (held[0] if held else None), (time.monotonic() - since[0] if since else 0.0)
+        return run(take), (held[0] if held else None)
     finally:
         if held:
             batch.give_back(held[0])
@@ -214,34 +211,32 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
     return on_message
 
 
-def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, lookahead: Lookahead,
-                     prep: _Prepared, compiled: ChildResult) -> Verdict:
+def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: _Prepared,
+                     compiled: ChildResult) -> Verdict:
     """The candidate on a free device. Its problem's last candidate closes the comparer before the device is given
     back, so the next problem's reference never allocates beside a comparer that is still letting go of its
-    outputs (KernelBench's norm problems hold 7.5 GB a tensor). The lookahead hears how long its child took to
-    load and how long it held the device."""
-    began, loads = [], []  # (load, late) of the children this run's device waited for
+    outputs (KernelBench's norm problems hold 7.5 GB a tensor)."""
+    began = []
 
     def run(take: Take) -> Verdict:
         began.append(True)
         try:
-            return _evaluate_compiled(batch, problems, costs, prep, compiled, take, loads.append)
+            return _evaluate_compiled(batch, problems, costs, prep, compiled, take)
         finally:
             problems.finished_one(prep.job.problem)
 
     batch.on_stage(prep.job, "running")
     try:
-        verdict, gpu, held_s = _on_free_device(batch, run)
+        verdict, gpu = _on_free_device(batch, run)
     finally:
         if not began:  # the batch stopped before the run began
             problems.finished_one(prep.job.problem)
-    lookahead.heard([load for load, _ in loads], held_s - sum(late for _, late in loads))
     verdict.evidence.gpu = gpu
     return verdict
 
 
 def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: _Prepared,
-                       compiled: ChildResult, take: Take, loaded: Callable[[tuple[float, float]], None]) -> Verdict:
+                       compiled: ChildResult, take: Take) -> Verdict:
     """The candidate's child starts while the problem's reference runs (if it has not yet); the candidate then
     runs on the device the comparer holds its expected outputs on, and is judged with its problem's FLOPs."""
     settings, problem = batch.settings, prep.job.problem
@@ -261,9 +256,6 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts
     child.limits = budget.limits
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=lambda: take(server.gpu))
     result = child.finish()
-    for late in (result, server.child.result if waited_s > 0.05 else None):  # the reference ran in this hold
-        if late is not None and late.load_s() is not None:
-            loaded((late.load_s(), late.stage_seconds().get("start", 0.0)))
     judged_at = time.monotonic()
     if costs:
         ref = dataclasses.replace(ref, flops=costs.flops(problem))
@@ -305,7 +297,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
     batch = Batch(settings)
     batch.on_stage = on_stage or (lambda job, stage: None)
     compilers = ThreadPoolExecutor(max_workers=settings.jobs)
-    runners = ThreadPoolExecutor(max_workers=MOST_IN_FLIGHT * len(batch.gpus))
+    runners = ThreadPoolExecutor(max_workers=IN_FLIGHT * len(batch.gpus))
     problems = None
     try:
         prepared = []

@@ -254,7 +254,7 @@ class Child:
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
-        self.result = ChildResult(log_path=workdir / "child.log", spawned=time.monotonic())
+        self.result = ChildResult(log_path=workdir / "child.log")
         self._arrived = threading.Condition()
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
