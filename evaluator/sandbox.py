@@ -291,9 +291,11 @@ class Child:
 
     def send(self, message: BaseModel) -> None:
         """One line of the protocol (evaluator.protocol) on the request pipe; a child that already died is reported
-        by how it ended."""
-        with self._lock, contextlib.suppress(BrokenPipeError, ValueError, OSError):
-            self._requests.write(message.model_dump_json().encode() + b"\n")
+        by how it ended. A message that cannot be written as JSON raises here: kforge's own error, which would
+        otherwise leave the child waiting for its request until its timeout."""
+        line = message.model_dump_json().encode() + b"\n"
+        with self._lock, contextlib.suppress(BrokenPipeError, ValueError, OSError):  # ValueError: a closed pipe
+            self._requests.write(line)
             self._requests.flush()
 
     @contextlib.contextmanager

@@ -148,3 +148,27 @@ def test_a_malformed_error_message_from_candidate_code_is_forged_not_a_crash(tmp
     outcome = ended_badly(result, 60, 0)
     assert (outcome.status, outcome.evidence.exploit) == (Status.CHEAT, "forged_messages")
     assert "malformed error message: exc_type: Field required" in outcome.evidence.cause
+
+
+def test_a_request_kforge_cannot_write_raises_at_once_instead_of_starving_its_child(tmp_path: Path) -> None:
+    """A torch.dtype in the overrides is not JSON: the parent learns it when it sends, not after the child's
+    whole timeout waiting for a request that never went out."""
+    import time
+
+    import pytest
+    import torch
+
+    from evaluator.contracts import Limits
+    from evaluator.protocol import IntrospectRequest
+    from evaluator.sandbox import Child, jail_spec
+
+    path = _problem(tmp_path, "good", GOOD)
+    child = Child(tmp_path / "w", tmp_path / "w" / "build", Limits(timeout_s=120), cap_address_space=True,
+                  jail=jail_spec([tmp_path / "w"], [path]))
+    began = time.monotonic()
+    try:
+        with pytest.raises(ValueError, match="dtype|serializ"):
+            child.begin(IntrospectRequest(problem_paths=[str(path)], overrides={str(path): {"DTYPE": torch.float16}}))
+    finally:
+        child.finish(wait=False)
+    assert time.monotonic() - began < 30
