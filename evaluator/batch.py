@@ -96,10 +96,6 @@ class Batch:
         return {"seeds": seeds, "timing_seed": self.timing_seed, "verify_seed": self.verify_seed,
                 "probe_fraction": self.probe_fraction}
 
-    def overrides(self, problem: Problem) -> dict:
-        """The module globals that resize the problem to the batch's size (none at its own size)."""
-        return problem.meta.small if self.settings.size == "small" else {}
-
     def request(self, role: str, problem: Problem, out_dir: Path, candidate: Path | None = None, **extra) -> Request:
         """The request of a compile, candidate or reference child, as the protocol types it."""
         s = self.settings
@@ -109,7 +105,7 @@ class Batch:
         timing = TimingRequest(enabled=s.timing, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms, min_reps=s.min_reps,
                                max_reps=s.max_reps, rel_ci=s.rel_ci, paired=s.paired)
         return _REQUESTS[role](
-            problem_path=str(problem.path), device=s.device, overrides=self.overrides(problem),
+            problem_path=str(problem.path), device=s.device, overrides=problem.overrides(s.size),
             init_seed=self.init_seed, atol=problem.meta.atol, rtol=problem.meta.rtol, out_dir=str(out_dir),
             leak_calls=s.leak_calls, compile_baseline=s.compile_baseline, cpu_threads=s.cpu_threads, timing=timing,
             **self._secrets(role), **extra,

@@ -318,16 +318,10 @@ def _run_introspect(chan: Channel, req: IntrospectRequest) -> None:
         chan.send(introspect.measure(path, req.overrides.get(path, {})))
 
 
-def _freeze_loaded() -> None:
-    """Freeze what is loaded at the start for the gc: the leak check's gc.collect() then walks only what came
-    after (80 ms a collection on the CI machine with torch loaded, 17 us frozen)."""
-    gc.freeze()
-
-
 def main() -> None:
     confined = confine.forbid_touching_parent(network=_own_network())  # before any candidate or problem code runs
     request_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
-    _freeze_loaded()
+    gc.freeze()  # what is loaded so far: the leak check's gc.collect() walks only what comes after (80 ms -> 17 us)
     requests = os.fdopen(request_fd, "rb")  # the request, then (reference, candidate) the parent's answers
     chan = Channel(result_fd)
     try:

@@ -6,12 +6,15 @@ device gives what a real call gives."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from evaluator.batch import Batch
 from evaluator.introspect import introspect
 from evaluator.protocol import Measured
 from reference_problems import Problem
+
+_log = logging.getLogger(__name__)
 
 
 class ProblemCosts:
@@ -20,7 +23,6 @@ class ProblemCosts:
     def __init__(self, batch: Batch, problems: list[Problem]):
         self.batch = batch
         unique = {str(p.path.resolve()): p for p in problems}  # the child's working directory is its own
-        self.failure = ""  # why the introspection could not run at all
         self._found: dict[str, Measured] = {}
         self._done = threading.Condition()
         self._ended = False
@@ -31,10 +33,10 @@ class ProblemCosts:
         settings = self.batch.settings
         try:
             introspect(list(problems), sandbox=settings.sandbox, limits=settings.limits, stop=self.batch.stop,
-                       overrides={path: self.batch.overrides(p) for path, p in problems.items()},
+                       overrides={path: p.overrides(settings.size) for path, p in problems.items()},
                        on_answer=self._heard)
         except Exception as exc:  # noqa: BLE001 - no FLOPs is a floor not drawn, never the end of the batch
-            self.failure = f"{type(exc).__name__}: {exc}"
+            _log.warning("no FLOPs counted, so no FLOP floor this batch: %s: %s", type(exc).__name__, exc)
         finally:
             with self._done:
                 self._ended = True

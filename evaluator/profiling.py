@@ -111,7 +111,7 @@ def _run(job: CandidateJob, settings: EvalSettings, ncu: Path, build_root: Path,
     try:
         child = Child(workdir, build_dir, limits, cap_address_space=False, jail=spec, runner=runner)
         child.begin(ProfileRequest(problem_path=str(problem.path), candidate_path=str(src),
-                                   overrides=problem.meta.small if settings.size == "small" else {},
+                                   overrides=problem.overrides(settings.size),
                                    init_seed=secrets.randbits(31), input_seed=secrets.randbits(31), calls=CALLS, gpu=gpu))
         result = child.finish()
     finally:

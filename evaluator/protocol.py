@@ -21,8 +21,6 @@ class _Line(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-
-
 # -- parent -> child: the request -------------------------------------------------------------------------------
 
 

@@ -47,7 +47,7 @@ class ChildResult(BaseModel):
     def stage_seconds(self, until: float | None = None) -> dict[str, float]:
         """Wall seconds per stage the child announced, by the parent's clock, up to its end (or `until`, for a child
         that goes on); `start` is what the child still had to load when its request went out (0 when it was
-        ready), `setup` its device, problem and model (a forged stage message only mislabels the child's own
+        ready), `setup` its device and problem (a forged stage message only mislabels the child's own
         time)."""
         last = self.started + self.wall_s if until is None else until
         marks = [("start", self.started)] + [(str(m.get("stage")), m["_t"]) for m in self.messages

@@ -51,6 +51,10 @@ class Problem(BaseModel):
     def source(self) -> str:
         return self.path.read_text()
 
+    def overrides(self, size: str) -> dict:
+        """The module globals that resize the problem to `size` (none at its own, full size)."""
+        return self.meta.small if size == "small" else {}
+
 
 def _meta_literal(tree: ast.Module) -> dict | None:
     for node in tree.body:
