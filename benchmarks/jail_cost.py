@@ -1,9 +1,14 @@
 """What the jail costs per child: `python -c pass` started plain and through evaluator/jail.py, interleaved, and
 the same with `import torch` (a child's real start). A jailed start includes what a candidate child gets: its
-cgroup made, joined and removed, and its view of a build cache mounted. Prints one JSON object of medians in ms."""
+cgroup made, joined and removed, and its view of a build cache mounted. Then whole evaluator children (jail,
+interpreter, torch, kforge's modules) started alone and eight at once, as a batch starts them: seconds from the
+spawn to the child's `setup` mark (its request read). Prints one JSON object of medians in ms.
+
+    python benchmarks/jail_cost.py [REPS] [--together N]"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
@@ -15,7 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from evaluator import buildcache, resources  # noqa: E402
 from evaluator.contracts import Limits  # noqa: E402
-from evaluator.sandbox import _jailed, jail_spec, probe_layers  # noqa: E402
+from evaluator.protocol import IntrospectRequest  # noqa: E402
+from evaluator.sandbox import Child, _jailed, jail_spec, probe_layers  # noqa: E402
 
 
 def _once(cmd: list[str], cwd: str) -> float:
@@ -33,7 +39,25 @@ def _jailed_once(spec: dict, cmd: list[str], cwd: str) -> float:
     return (time.perf_counter() - started) * 1e3
 
 
-def main(reps: int = 20) -> None:
+def _children_at_once(root: Path, n: int) -> list[float]:
+    """Seconds from spawning each of `n` jailed evaluator children (all at once) to its `setup` mark. They are
+    given an introspection of no file: each reads its request, says `setup`, and ends."""
+    children = []
+    for i in range(n):
+        workdir = root / f"at-once-{n}-{i}"
+        spawned = time.monotonic()
+        child = Child(workdir, workdir / "build", Limits(), cap_address_space=False, jail=jail_spec([workdir], []))
+        child.begin(IntrospectRequest(problem_paths=[]))
+        children.append((spawned, child))
+    seconds = []
+    for spawned, child in children:
+        setup = child.wait_for("stage")
+        child.finish()
+        seconds.append(round(setup["_t"] - spawned, 3) if setup else float("nan"))
+    return seconds
+
+
+def main(reps: int = 20, together: int = 8) -> None:
     with tempfile.TemporaryDirectory() as root:
         Path(root).chmod(0o711)
         scratch = Path(root) / "child"
@@ -48,8 +72,14 @@ def main(reps: int = 20) -> None:
                 jailed.append(_jailed_once(spec, [sys.executable, "-c", code], str(scratch)))
             out[name] = {"plain_ms": round(statistics.median(plain), 1), "jailed_ms": round(statistics.median(jailed), 1),
                          "cost_ms": round(statistics.median(jailed) - statistics.median(plain), 1), "reps": reps}
+        out["child_alone_s"] = [_children_at_once(Path(root), 1)[0] for _ in range(3)]
+        out[f"children_{together}_at_once_s"] = _children_at_once(Path(root), together)
     print(json.dumps(out))
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("reps", nargs="?", type=int, default=20)
+    parser.add_argument("--together", type=int, default=8)
+    args = parser.parse_args()
+    main(args.reps, args.together)

@@ -23,7 +23,7 @@ import torch
 from evaluator import (comparer, confine, extensions, guard, hardware, introspect, jail, leaks, loading, precompiled,
                        timing, trials)
 from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, Go, IntrospectRequest,
-                                Leaks, Memory, Message, Outputs, Pace, Probe, Profiled, ProfileRequest, Ready,
+                                Leaks, Loaded, Memory, Message, Outputs, Pace, Probe, Profiled, ProfileRequest, Ready,
                                 ReferenceRequest, Request, Stage, Timing, Trials, read_request)
 
 
@@ -324,6 +324,7 @@ def main() -> None:
     gc.freeze()  # what is loaded so far: the leak check's gc.collect() walks only what comes after (80 ms -> 17 us)
     requests = os.fdopen(request_fd, "rb")  # the request, then (reference, candidate) the parent's answers
     chan = Channel(result_fd)
+    chan.send(Loaded())  # the parent gives a device only to a child that is ready to use it
     try:
         _serve(chan, read_request(requests.readline()), confined, requests)
     except guard.Tampered as exc:

@@ -197,6 +197,13 @@ class Stage(Message):
     stage: str
 
 
+class Loaded(Message):
+    """The child's interpreter, jail and imports are done and it waits for its request. Sent before any problem
+    or candidate code runs, so the parent may trust it for one thing: when to give the child a device."""
+
+    event: Literal["loaded"] = "loaded"
+
+
 class Compiled(Message):
     event: Literal["compiled"] = "compiled"
     seconds: float
@@ -354,4 +361,4 @@ class Profiled(Message):
 # What a candidate child sends, and how often: each event once, except one `stage` per stage and one `timing` per
 # kind. Anything else on its channel was written by the candidate.
 CANDIDATE_EVENTS = frozenset(m.model_fields["event"].default for m in (
-    Env, Stage, Compiled, Kernels, Trials, Leaks, Timing, Pace, Probe, Memory, Done, Error, Cheat, Outputs))
+    Loaded, Env, Stage, Compiled, Kernels, Trials, Leaks, Timing, Pace, Probe, Memory, Done, Error, Cheat, Outputs))

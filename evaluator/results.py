@@ -22,6 +22,7 @@ class ChildResult(BaseModel):
     timed_out: bool = False
     memory_exceeded: bool = False
     cancelled: bool = False  # kforge was interrupted: not a verdict on the candidate
+    spawned: float = 0.0  # time.monotonic() when the process was started
     started: float = 0.0  # time.monotonic() when the request went out: the child's clock starts here
     wall_s: float = 0.0
     stragglers: int = 0  # processes still carrying the child's token after it ended (killed)
@@ -46,14 +47,16 @@ class ChildResult(BaseModel):
 
     def stage_seconds(self, until: float | None = None) -> dict[str, float]:
         """Wall seconds per stage the child announced, by the parent's clock, up to its end (or `until`, for a child
-        that goes on); `start` is what the child still had to load when its request went out (0 when it was
-        ready), `setup` its device and problem (a forged stage message only mislabels the child's own
-        time)."""
+        that goes on). `load`: from its spawn to its `loaded` message (interpreter, jail, torch; no device is held
+        meanwhile), apart from the rest; `start`: from the request to the child reading it; `setup`: its device
+        and problem (a forged stage message only mislabels the child's own time)."""
         last = self.started + self.wall_s if until is None else until
         marks = [("start", self.started)] + [(str(m.get("stage")), m["_t"]) for m in self.messages
                                              if m.get("event") == "stage" and m["_t"] <= last]
         ends = [t for _, t in marks[1:]] + [last]
-        return {name: round(end - t, 3) for (name, t), end in zip(marks, ends)}
+        loaded = self.arrival("loaded")
+        load = {"load": round(loaded - self.spawned, 3)} if loaded is not None and self.spawned else {}
+        return load | {name: round(end - t, 3) for (name, t), end in zip(marks, ends)}
 
     def forged(self) -> str:
         """A message the harness would never send (the candidate wrote to the result channel itself), or ''."""

@@ -158,29 +158,38 @@ def _already_built(prep: _Prepared) -> ChildResult:
     return ChildResult(messages=messages, returncode=0, started=now, log_path=prep.workdir / "compile" / "child.log")
 
 
-Take = Callable[..., str | None]
+class _Hold:
+    """One device of the batch for one candidate: taken when a child of it calls the hold (its gate, `want`: the
+    device where the problem's comparer lives, else any free one) and kept until the candidate ends, or until
+    `release` while nothing of it runs on the device. On CUDA a child loads (interpreter and torch, seconds)
+    before it asks; on CPU the device is held from the start, so that no load slows another child's timed run."""
 
-
-def _on_free_device(batch: Batch, run: Callable[[Take], T]) -> tuple[T, str | None]:
-    """run(take) with one device of the batch held from the moment a child of it calls take(want=None) (its
-    gate) until run ends: one child at a time per device, on whichever of the batch's GPUs (or the CPU) is free,
-    or on `want` (where the problem's comparer lives). On CUDA a child starts (interpreter and torch, seconds)
-    while it waits for a GPU; on CPU only once the CPU is free, so that start cannot slow another child's timed
-    run. A run that never calls take() holds no device."""
-    held: list[str | None] = []
-
-    def take(want: str | None = None) -> str | None:
-        if not held:
-            held.append(batch.take_device(want))
-        return held[0]
-
-    try:
+    def __init__(self, batch: Batch):
+        self.batch, self.device, self.held = batch, None, False
         if batch.settings.device == "cpu":
-            take()
-        return run(take), (held[0] if held else None)
+            self(None)
+
+    def __call__(self, want: str | None = None) -> str | None:
+        if not self.held:
+            self.device, self.held = self.batch.take_device(want), True
+        return self.device
+
+    def release(self) -> None:
+        """Give the device back (CUDA only) while this candidate's next child still loads: the reference it ran
+        is ready, and another loaded child may use the device meanwhile."""
+        if self.held and self.batch.settings.device != "cpu":
+            self.batch.give_back(self.device)
+            self.held = False
+
+
+def _on_free_device(batch: Batch, run: Callable[[_Hold], T]) -> tuple[T, str | None]:
+    """run(hold), then the device given back if held; also which device it last ran on (None if none)."""
+    hold = _Hold(batch)
+    try:
+        return run(hold), hold.device
     finally:
-        if held:
-            batch.give_back(held[0])
+        if hold.held:
+            batch.give_back(hold.device)
 
 
 def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: dict[str, dict], pacer: Pacer,
@@ -218,7 +227,7 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
     outputs (KernelBench's norm problems hold 7.5 GB a tensor)."""
     began = []
 
-    def run(take: Take) -> Verdict:
+    def run(take: _Hold) -> Verdict:
         began.append(True)
         try:
             return _evaluate_compiled(batch, problems, costs, prep, compiled, take)
@@ -236,7 +245,7 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
 
 
 def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: _Prepared,
-                       compiled: ChildResult, take: Take) -> Verdict:
+                       compiled: ChildResult, take: _Hold) -> Verdict:
     """The candidate's child starts while the problem's reference runs (if it has not yet); the candidate then
     runs on the device the comparer holds its expected outputs on, and is judged with its problem's FLOPs."""
     settings, problem = batch.settings, prep.job.problem
@@ -252,6 +261,8 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts
         child.finish(wait=False)
         return _verdict(prep.job, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
     waited_s = time.monotonic() - waiting
+    if child.result.arrival("loaded") is None:
+        take.release()  # the reference ran on it; this child takes it again once loaded
     budget = run_budget(settings, ref)
     child.limits = budget.limits
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=lambda: take(server.gpu))

@@ -241,8 +241,8 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 class Child:
-    """One evaluator child, started at once; `begin` sends its request (after the gate, if any) and keeps the request
-    pipe open, so a child can be talked to while it runs (`send`, `wait_for`): the reference server answers
+    """One evaluator child, started at once; `begin` sends its request (once the child is loaded and the gate, if
+    any, gave it a device) and keeps the request pipe open, so a child can be talked to while it runs (`send`, `wait_for`): the reference server answers
     comparisons, a candidate waits for each handoff to be judged. `on_message` runs in the reader thread for every
     message and may return a line to send back (a candidate's handoff is answered that way). `runner`: a trusted
     program the child is started under, inside the jail (the profile child's ncu); `cores`: the CPUs it runs on."""
@@ -254,7 +254,7 @@ class Child:
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
-        self.result = ChildResult(log_path=workdir / "child.log")
+        self.result = ChildResult(log_path=workdir / "child.log", spawned=time.monotonic())
         self._arrived = threading.Condition()
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
@@ -315,8 +315,12 @@ class Child:
             resources.freeze_group(self.proc.pid, frozen)
 
     def begin(self, request: Request, gate: Callable[[], str | None] | None = None) -> None:
-        """The request goes out, and the child's clock starts, once the gate (if any) gives a device -- the child's
-        interpreter and torch load meanwhile, seconds. The device comes with the request (the child pins itself)."""
+        """The request goes out, and the child's clock starts, once the child is loaded (interpreter, jail, torch:
+        seconds) and then the gate (if any) gives it a device: a device is never held by a child still loading
+        (on the H100, children and references that were not loaded held it 114 s of a 444 s warm level-1 batch).
+        The device comes with the request (the child pins itself). A child that dies loading is sent its request
+        all the same: how it ended is its result."""
+        self.wait_for("loaded")
         gpu = gate() if gate else None
         self.send(request.model_copy(update={"gpu": gpu}))
         self.result.started = time.monotonic()

@@ -31,11 +31,9 @@ repeat() {  # N more evaluations of the given files (default: the repairs), one 
   local n=${1:-2}; shift; local dir; dir=$(staged ${@:-$REPAIRS})
   for i in $(seq "$n"); do kf evaluate $dir --device cuda --size full --jobs 14 --rerun --json; done | tee -a "$OUT/repeat.jsonl"
 }
-loads() {  # what a child's start costs: torch imported alone, then by six processes at once (a batch's start)
-  local TIMEFORMAT="%R s"
-  for i in 1 2 3; do echo "alone: $( { time python3 -c 'import torch' ; } 2>&1 )"; done | tee "$OUT/loads.txt"
-  for i in 1 2 3 4 5 6; do ( echo "one of six: $( { time python3 -c 'import torch' ; } 2>&1 )" ) & done | tee -a "$OUT/loads.txt"; wait
-  echo "import, CUDA init, one tensor: $( { time python3 -c "import torch; torch.zeros(1, device='cuda')" ; } 2>&1 )" | tee -a "$OUT/loads.txt"
+loads() {  # what a child's start costs (jailed evaluator children alone and 8 at once) and a comparer handoff
+  python3 benchmarks/jail_cost.py 4 --together 8 | tee "$OUT/loads.json"
+  python3 benchmarks/ipc_cost.py 4 64 1024 | tee "$OUT/ipc_cost.jsonl"
 }
 probe() {  # the timer itself: hot vs flushed, first call vs steady state, run-to-run spread
   python3 benchmarks/gpu_timing_check.py | tee "$OUT/timing_check.json"

@@ -215,6 +215,32 @@ def test_one_device_is_used_by_one_kforge_process_at_a_time(cpu_settings):
             shutil.rmtree(batch.root, ignore_errors=True)
 
 
+def test_a_candidate_gives_the_gpu_back_while_its_child_still_loads(cpu_settings):
+    """On CUDA a candidate that ran its problem's reference releases the device while its own child still loads,
+    and another candidate's loaded child takes it meanwhile (both ask for the comparer's device, as candidates
+    do); on CPU a candidate holds the device from its start to its end."""
+    from evaluator.runner import _Hold
+
+    gpu, cpu = Batch(cpu_settings.model_copy(update={"device": "cuda", "gpus": ["7"]})), Batch(cpu_settings)
+    try:
+        ran_reference, other = _Hold(gpu), _Hold(gpu)
+        assert not ran_reference.held and ran_reference("7") == "7"
+        ran_reference.release()
+        taker = threading.Thread(target=other, args=("7",), daemon=True)
+        taker.start()
+        taker.join(timeout=10)
+        assert not taker.is_alive() and other.held and not ran_reference.held
+        other.release()
+        whole = _Hold(cpu)
+        assert whole.held  # before any child of it starts
+        whole.release()
+        assert whole.held
+        cpu.give_back(whole.device)
+    finally:
+        for batch in (gpu, cpu):
+            shutil.rmtree(batch.root, ignore_errors=True)
+
+
 @pytest.mark.parametrize("raised, status", [(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB"),
                                              Status.REFERENCE_ERROR),
                                             (RuntimeError("the handed-over range is not what it says"), Status.CHEAT)])
