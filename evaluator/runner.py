@@ -26,6 +26,7 @@ from evaluator.pacing import Pacer
 from evaluator.protocol import Ack, Go
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
 from evaluator.results import ChildResult
+from evaluator.sandbox import Child
 from evaluator.trials import OUTPUT_SUFFIX
 from evaluator.static import check_source
 
@@ -220,8 +221,13 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
     return on_message
 
 
+def _spawn_candidate(batch: Batch, prep: _Prepared) -> Child:
+    """The candidate's child, started (interpreter, jail, torch), not yet told anything."""
+    return batch.spawn(prep.workdir, prep.build_dir, prep.job.problem, prep.candidate)
+
+
 def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: _Prepared,
-                     compiled: ChildResult) -> Verdict:
+                     compiled: ChildResult, child: Child | None = None) -> Verdict:
     """The candidate on a free device. Its problem's last candidate closes the comparer before the device is given
     back, so the next problem's reference never allocates beside a comparer that is still letting go of its
     outputs (KernelBench's norm problems hold 7.5 GB a tensor)."""
@@ -230,7 +236,7 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
     def run(take: _Hold) -> Verdict:
         began.append(True)
         try:
-            return _evaluate_compiled(batch, problems, costs, prep, compiled, take)
+            return _evaluate_compiled(batch, problems, costs, prep, compiled, take, child or _spawn_candidate(batch, prep))
         finally:
             problems.finished_one(prep.job.problem)
 
@@ -240,19 +246,21 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
     finally:
         if not began:  # the batch stopped before the run began
             problems.finished_one(prep.job.problem)
+            if child is not None:
+                child.finish(wait=False)
     verdict.evidence.gpu = gpu
     return verdict
 
 
 def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: _Prepared,
-                       compiled: ChildResult, take: _Hold) -> Verdict:
-    """The candidate's child starts while the problem's reference runs (if it has not yet); the candidate then
-    runs on the device the comparer holds its expected outputs on, and is judged with its problem's FLOPs."""
+                       compiled: ChildResult, take: _Hold, child: Child) -> Verdict:
+    """The candidate's child (started, told nothing yet) loads while the problem's reference runs (if it has not
+    yet); the candidate then runs on the device the comparer holds its expected outputs on, and is judged with its
+    problem's FLOPs."""
     settings, problem = batch.settings, prep.job.problem
     server, comparisons, waited = problems.server(problem), {}, {"comparer": 0.0}
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired)
-    child = batch.spawn(prep.workdir, prep.build_dir, problem, prep.candidate,
-                        on_message=_relay(batch, prep, server, comparisons, pacer, waited))
+    child.on_message = _relay(batch, prep, server, comparisons, pacer, waited)  # it has sent only `loaded` so far
     pacer.hold = child.paused  # the candidate's processes are stopped while its reference block runs
     waiting = time.monotonic()
     try:
@@ -309,7 +317,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
     batch.on_stage = on_stage or (lambda job, stage: None)
     compilers = ThreadPoolExecutor(max_workers=settings.jobs)
     runners = ThreadPoolExecutor(max_workers=IN_FLIGHT * len(batch.gpus))
-    problems = None
+    problems = dispatch = None
     try:
         prepared = []
         for i, job in enumerate(jobs):
@@ -326,7 +334,8 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
             wait(compiling)
             if costs:
                 costs.wait()
-        dispatch = Dispatcher(batch, problems, runners, functools.partial(_judge_candidate, batch, problems, costs))
+        dispatch = Dispatcher(batch, problems, runners, functools.partial(_judge_candidate, batch, problems, costs),
+                              spawn=functools.partial(_spawn_candidate, batch))
         dispatch.compiling = list(compiling.values())
         pending = set(compiling) | dispatch.admit()  # on CUDA the first references start beside the compiles
         while pending:
@@ -350,6 +359,8 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
         batch.stop.set()
         for pool in (compilers, runners):
             pool.shutdown(wait=True, cancel_futures=True)
+        if dispatch:
+            dispatch.close()
         if problems:
             problems.close_all()
         shutil.rmtree(batch.root, ignore_errors=True)

@@ -156,7 +156,7 @@ def test_the_dispatcher_keeps_candidates_loading_while_one_holds_the_device():
 
     release, judged = threading.Event(), []
 
-    def judge_one(prep, compiled):
+    def judge_one(prep, compiled, child):
         judged.append(prep)
         release.wait(30)
 
@@ -173,6 +173,55 @@ def test_the_dispatcher_keeps_candidates_loading_while_one_holds_the_device():
             release.set()
         release.clear()
     assert len(judged) == 2 * IN_FLIGHT + 2 and IN_FLIGHT == 4
+
+
+def test_the_dispatcher_loads_the_next_candidates_children_before_it_admits_them():
+    """On CUDA the children of the next AHEAD candidates per device start before a slot frees, and each goes to
+    its candidate's run when admitted (stop 25: a candidate admitted only when a slot freed started its child
+    then, and the H100 idled 27 % of a warm level-1 batch); the children of candidates never admitted are
+    stopped when the batch ends; on CPU none start ahead."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor, wait
+    from types import SimpleNamespace
+
+    from evaluator.dispatch import AHEAD, IN_FLIGHT, Dispatcher
+
+    release, judged, spawned = threading.Event(), [], []
+
+    def judge_one(prep, compiled, child):
+        judged.append((prep, child))
+        release.wait(30)
+
+    def spawn(prep):
+        spawned.append(SimpleNamespace(prep=prep, finished=False))
+        spawned[-1].finish = lambda wait=True, child=spawned[-1]: setattr(child, "finished", True)
+        return spawned[-1]
+
+    server = SimpleNamespace(prestart=lambda: None)
+    open_ = SimpleNamespace(servers={}, spare=lambda waiting: None, admissible=lambda problem: True, server=lambda p: server)
+    jobs = [SimpleNamespace(job=SimpleNamespace(problem=resolve_problem("relu"))) for _ in range(IN_FLIGHT + AHEAD + 1)]
+    batch = SimpleNamespace(settings=SimpleNamespace(device="cuda"), gpus=["0"])
+    with ThreadPoolExecutor(max_workers=IN_FLIGHT) as runners:
+        dispatch = Dispatcher(batch, open_, runners, judge_one, spawn=spawn)
+        dispatch.ready = [(job, None) for job in jobs]
+        first = dispatch.admit()
+        assert [c.prep for c in spawned] == jobs[IN_FLIGHT:IN_FLIGHT + AHEAD]  # before any slot frees
+        release.set()
+        wait(first)
+        dispatch.running.clear()
+        wait(dispatch.admit())
+    given = {id(prep): child for prep, child in judged}
+    assert [given[id(job)] for job in jobs[IN_FLIGHT:]] == [*spawned, None] and len(spawned) == AHEAD
+    closed = SimpleNamespace(servers={}, spare=lambda waiting: None, admissible=lambda problem: False)
+    spawned.clear()
+    dispatch = Dispatcher(batch, closed, None, judge_one, spawn=spawn)
+    dispatch.ready = [(job, None) for job in jobs]
+    assert dispatch.admit() == set() and len(spawned) == AHEAD
+    dispatch.close()
+    assert all(child.finished for child in spawned) and dispatch.ahead == {}
+    cpu = Dispatcher(SimpleNamespace(settings=SimpleNamespace(device="cpu"), gpus=[None]), closed, None, judge_one, spawn=spawn)
+    cpu.ready = [(job, None) for job in jobs]
+    assert cpu.admit() == set() and cpu.ahead == {}
 
 
 def test_cli_exits_1_when_a_reference_fails_and_doctor_lists_the_layers(tmp_path, build_root):
