@@ -56,6 +56,13 @@ class ProblemCosts:
             found = self._found.get(path)
         return found.flops if found else None
 
+    def bytes_moved(self, problem: Problem) -> int | None:
+        """The bytes one call of the problem reads and writes (inputs, weights, outputs) at the batch's size, if
+        already measured; never waits (the dispatcher asks it)."""
+        with self._done:
+            found = self._found.get(str(problem.path.resolve()))
+        return found.bytes_moved if found else None
+
     def wait(self) -> None:
         """Until every problem is answered: on CPU the introspect child must be gone before anything is timed."""
         self._thread.join()

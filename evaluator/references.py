@@ -144,11 +144,12 @@ class ReferenceServer:
 
 class OpenProblems:
     """Which problems have a reference server, and how many of each problem's candidates are still to be judged.
-    A new problem is admitted while the open ones' device memory plus one more's resident budget stays within
-    _OPEN_SHARE of the device, and fewer than _OPEN_PER_DEVICE are open per device; the first is always admitted."""
+    A new problem is admitted while the open ones' device memory plus what the new one is expected to hold stays
+    within _OPEN_SHARE of the device, and fewer than _OPEN_PER_DEVICE are open per device; the first is always
+    admitted. `sizes`: the bytes one call of a problem moves, where known (evaluator.costs)."""
 
-    def __init__(self, batch: Batch, problems: list[Problem]):
-        self.batch = batch
+    def __init__(self, batch: Batch, problems: list[Problem], sizes: Callable[[Problem], int | None] | None = None):
+        self.batch, self.sizes = batch, sizes or (lambda problem: None)
         self.remaining = Counter(p.sha256 for p in problems)
         self.servers: dict[str, ReferenceServer] = {}
         self.spares: dict[str, Child] = {}
@@ -159,10 +160,17 @@ class OpenProblems:
         with self._lock:
             if problem.sha256 in self.servers or not self.servers:
                 return True
-            held = sum(s.reference.footprint if s.reference else int(_RESIDENT_SHARE * self._memory)
-                       for s in self.servers.values())
+            held = sum(s.reference.footprint if s.reference else self._expected(s.problem) for s in self.servers.values())
             return (len(self.servers) < _OPEN_PER_DEVICE * len(self.batch.gpus)
-                    and held + _RESIDENT_SHARE * self._memory <= _OPEN_SHARE * self._memory * len(self.batch.gpus))
+                    and held + self._expected(problem) <= _OPEN_SHARE * self._memory * len(self.batch.gpus))
+
+    def _expected(self, problem: Problem) -> int:
+        """What a problem's comparer will hold before its reference ran: its resident budget, plus one call's
+        inputs, weights and output (the timer's), where known. The budget alone counts 12 GB on an H100 for a
+        comparer of KernelBench's norm problems that holds ~15 GB (7.5 GB in, 7.5 GB out); honest candidates of
+        two of them ran out of GPU memory with ~46 GB held by other processes (stop 25; which problems were
+        open then was not recorded)."""
+        return int(_RESIDENT_SHARE * self._memory) + (self.sizes(problem) or 0)
 
     def server(self, problem: Problem) -> ReferenceServer:
         """The problem's server, made now if it has none (call only once admissible); its child starts later."""

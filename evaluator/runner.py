@@ -327,9 +327,9 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
             else:
                 batch.on_stage(job, "compiling")
                 prepared.append(item)
-        problems = OpenProblems(batch, [prep.job.problem for prep in prepared])
-        compiling = {compilers.submit(_compile, batch, prep): prep for prep in prepared}
         costs = ProblemCosts(batch, [prep.job.problem for prep in prepared]) if settings.timing and prepared else None
+        problems = OpenProblems(batch, [prep.job.problem for prep in prepared], sizes=costs.bytes_moved if costs else None)
+        compiling = {compilers.submit(_compile, batch, prep): prep for prep in prepared}
         if settings.device == "cpu":  # CPU timings must not share the cores with compilers, nor the introspection
             wait(compiling)
             if costs:

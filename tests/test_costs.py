@@ -11,7 +11,8 @@ from reference_problems import resolve_problem
 
 
 def test_flops_are_counted_at_the_batch_size_and_a_stopped_batch_never_waits(cpu_settings):
-    """matmul at --size small (N = 256) is 2 N^3 FLOPs, not its full size's; an element-wise problem has none.
+    """matmul at --size small (N = 256) is 2 N^3 FLOPs, not its full size's; an element-wise problem has none; its
+    bytes are known without waiting once measured.
     A batch stopped before its answers came gets None at once, not a wait for a child that is gone."""
     matmul, relu = resolve_problem("matmul"), resolve_problem("relu")
     batch = Batch(cpu_settings)
@@ -20,6 +21,7 @@ def test_flops_are_counted_at_the_batch_size_and_a_stopped_batch_never_waits(cpu
         assert costs.flops(matmul) == 2 * 256**3 != matmul.meta.flops
         assert costs.flops(relu) is None
         costs.wait()
+        assert costs.bytes_moved(matmul) == 3 * 256 * 256 * 4  # A, B and A @ B in fp32, for the comparers' memory
         stopped = Batch(cpu_settings)
         stopped.stop.set()
         done = threading.Event()

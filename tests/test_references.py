@@ -86,6 +86,22 @@ def test_open_problems_are_bounded_by_the_memory_their_comparers_hold(cpu_settin
         shutil.rmtree(batch.root)
 
 
+def test_a_problem_is_expected_to_hold_what_one_call_moves_beside_its_resident_outputs(cpu_settings):
+    """Before its reference ran, a problem counts its resident budget plus one call's bytes (measured on the meta
+    device by evaluator.costs): a second problem that fits beside a first on the budget alone does not open
+    beside it when its call moves a fifth of the device; unmeasured, it counts the budget alone."""
+    batch = Batch(cpu_settings)
+    a, b = resolve_problem("relu"), resolve_problem("softmax")
+    for big, opens in ((None, True), (0.2, False)):
+        problems = OpenProblems(batch, [a, b], sizes=lambda p: int(big * problems._memory) if big and p is b else None)
+        try:
+            problems.server(a)
+            assert problems.admissible(b) is opens
+        finally:
+            problems.close_all()
+    shutil.rmtree(batch.root)
+
+
 def test_spare_reference_children_start_ahead_bounded_and_are_taken_or_ended(cpu_settings):
     """Problems waiting to open get their reference child started early (on CUDA the dispatcher asks; the child
     holds no device memory until its request), at most _SPARES_PER_DEVICE; a problem that opens takes its spare

@@ -214,6 +214,8 @@ def test_forged_and_repeated_messages_are_caught():
     assert forged({"event": "timing", "which": "model"}, {"event": "timing", "which": "model"})
     assert forged({"event": "verdict", "status": "correct"})
     assert forged({"event": "garbled", "text": "x"}, {"event": "done"})
+    assert forged({"event": "loaded"}, {"event": "stage", "stage": "setup"}, {"event": "loaded"})  # the device's cue, again
+    assert not forged({"event": "loaded"}, {"event": "stage", "stage": "setup"})
     assert not forged({"event": "stage", "stage": "leak"}, {"event": "stage", "stage": "timing"}, {"event": "garbled", "text": "cut"})
 
 
