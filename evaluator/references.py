@@ -172,6 +172,15 @@ class OpenProblems:
         open then was not recorded)."""
         return int(_RESIDENT_SHARE * self._memory) + (self.sizes(problem) or 0)
 
+    def held(self) -> str:
+        """The open problems and the device memory each comparer holds (or is expected to, before its reference
+        ran), in words: the evidence of a candidate that ran out of GPU memory beside them."""
+        with self._lock:
+            servers = list(self.servers.values())
+        held = [f"{s.problem.name} {s.reference.footprint / 1e9:.1f} GB" if s.reference else
+                f"{s.problem.name} {self._expected(s.problem) / 1e9:.1f} GB expected" for s in servers]
+        return "; ".join(held) or "none"
+
     def server(self, problem: Problem) -> ReferenceServer:
         """The problem's server, made now if it has none (call only once admissible); its child starts later."""
         with self._lock:

@@ -273,7 +273,14 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts
         take.release()  # the reference ran on it; this child takes it again once loaded
     budget = run_budget(settings, ref)
     child.limits = budget.limits
-    child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=lambda: take(server.gpu))
+    beside: list[str] = []  # the open problems' comparers when the device came: evidence for an out-of-memory
+
+    def gate() -> str | None:
+        gpu = take(server.gpu)
+        beside.append(problems.held())
+        return gpu
+
+    child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=gate)
     result = child.finish()
     judged_at = time.monotonic()
     if costs:
@@ -292,6 +299,8 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts
                                 "of_which_reference_blocks": round(pacer.paired.paused_s, 3)}
     verdict.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
     verdict.evidence.notes += _notes(compiled, result)
+    if settings.device == "cuda" and "out of memory" in verdict.evidence.cause and beside:
+        verdict.evidence.notes.append(f"device memory of the open problems' comparers when it started: {beside[0]}")
     verdict.evidence.sandbox = (result.last("env") or {}).get("sandbox") or {}
     verdict.wall_s = compiled.wall_s + result.wall_s
     shutil.rmtree(prep.workdir / "out", ignore_errors=True)

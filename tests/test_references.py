@@ -95,8 +95,10 @@ def test_a_problem_is_expected_to_hold_what_one_call_moves_beside_its_resident_o
     for big, opens in ((None, True), (0.2, False)):
         problems = OpenProblems(batch, [a, b], sizes=lambda p: int(big * problems._memory) if big and p is b else None)
         try:
+            assert problems.held() == "none"
             problems.server(a)
             assert problems.admissible(b) is opens
+            assert problems.held() == f"relu {problems._expected(a) / 1e9:.1f} GB expected"  # an out-of-memory's evidence
         finally:
             problems.close_all()
     shutil.rmtree(batch.root)
