@@ -242,10 +242,11 @@ def _stop(proc: subprocess.Popen) -> None:
 
 class Child:
     """One evaluator child, started at once; `begin` sends its request (once the child is loaded and the gate, if
-    any, gave it a device) and keeps the request pipe open, so a child can be talked to while it runs (`send`, `wait_for`): the reference server answers
-    comparisons, a candidate waits for each handoff to be judged. `on_message` runs in the reader thread for every
-    message and may return a line to send back (a candidate's handoff is answered that way). `runner`: a trusted
-    program the child is started under, inside the jail (the profile child's ncu); `cores`: the CPUs it runs on."""
+    any, gave it a device) and keeps the request pipe open, so a child can be talked to while it runs (`send`,
+    `wait_for`): the reference server answers comparisons, a candidate waits for each handoff to be judged.
+    `on_message` runs in the reader thread for every message and may return a line to send back (a candidate's
+    handoff is answered that way). `runner`: a trusted program the child is started under, inside the jail (the
+    profile child's ncu); `cores`: the CPUs it runs on."""
 
     def __init__(self, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
                  stop: threading.Event | None = None, on_message: Callable[[dict], BaseModel | None] | None = None,
