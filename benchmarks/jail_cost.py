@@ -42,18 +42,14 @@ def _jailed_once(spec: dict, cmd: list[str], cwd: str) -> float:
 def _children_at_once(root: Path, n: int) -> list[float]:
     """Seconds from spawning each of `n` jailed evaluator children (all at once) to its `setup` mark. They are
     given an introspection of no file: each reads its request, says `setup`, and ends."""
-    children = []
-    for i in range(n):
-        workdir = root / f"at-once-{n}-{i}"
-        spawned = time.monotonic()
-        child = Child(workdir, workdir / "build", Limits(), cap_address_space=False, jail=jail_spec([workdir], []))
-        child.begin(IntrospectRequest(problem_paths=[]))
-        children.append((spawned, child))
+    workdirs = [root / f"at-once-{n}-{i}" for i in range(n)]
+    children = [Child(w, w / "build", Limits(), cap_address_space=False, jail=jail_spec([w], [])) for w in workdirs]
     seconds = []
-    for spawned, child in children:
+    for child in children:  # all spawned before the first begin(), which waits for that child to load
+        child.begin(IntrospectRequest(problem_paths=[]))
         setup = child.wait_for("stage")
         child.finish()
-        seconds.append(round(setup["_t"] - spawned, 3) if setup else float("nan"))
+        seconds.append(round(setup["_t"] - child.result.spawned, 3) if setup else float("nan"))
     return seconds
 
 

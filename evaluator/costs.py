@@ -50,18 +50,22 @@ class ProblemCosts:
     def flops(self, problem: Problem) -> int | None:
         """The FLOPs of one call of the problem at the batch's size; None where none were counted (element-wise
         problems, a model the meta device cannot run, a batch stopped first). Waits until its answer came."""
-        with self._done:
-            path = str(problem.path.resolve())
-            self._done.wait_for(lambda: path in self._found or self._ended)
-            found = self._found.get(path)
+        found = self._answer(problem, wait=True)
         return found.flops if found else None
 
     def bytes_moved(self, problem: Problem) -> int | None:
         """The bytes one call of the problem reads and writes (inputs, weights, outputs) at the batch's size, if
         already measured; never waits (the dispatcher asks it)."""
-        with self._done:
-            found = self._found.get(str(problem.path.resolve()))
+        found = self._answer(problem, wait=False)
         return found.bytes_moved if found else None
+
+    def _answer(self, problem: Problem, wait: bool) -> Measured | None:
+        """The problem's measurement, once it came (`wait`) or as far as it has."""
+        path = str(problem.path.resolve())
+        with self._done:
+            if wait:
+                self._done.wait_for(lambda: path in self._found or self._ended)
+            return self._found.get(path)
 
     def wait(self) -> None:
         """Until every problem is answered: on CPU the introspect child must be gone before anything is timed."""

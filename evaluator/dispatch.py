@@ -58,8 +58,10 @@ class Dispatcher:
     def _load_ahead(self) -> None:
         """Start the children of the next AHEAD candidates per device (in admission order): each is handed to its
         candidate's run when it is admitted."""
+        if self.spawn is None:
+            return
         for prep, _ in self.ready[:AHEAD * len(self.batch.gpus)]:
-            if id(prep) not in self.ahead and self.spawn is not None:
+            if id(prep) not in self.ahead:
                 self.ahead[id(prep)] = self.spawn(prep)
 
     def close(self) -> None:
