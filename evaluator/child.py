@@ -318,9 +318,9 @@ def _run_introspect(chan: Channel, req: IntrospectRequest) -> None:
         chan.send(introspect.measure(path, req.overrides.get(path, {})))
 
 
-def main() -> None:
+def main(request_fd: int, result_fd: int) -> None:
+    """The child's whole life (never returns): its own interpreter's, or a fork of evaluator/forkserver.py's."""
     confined = confine.forbid_touching_parent(network=_own_network())  # before any candidate or problem code runs
-    request_fd, result_fd = int(sys.argv[1]), int(sys.argv[2])
     gc.freeze()  # what is loaded so far: the leak check's gc.collect() walks only what comes after (80 ms -> 17 us)
     requests = os.fdopen(request_fd, "rb")  # the request, then (reference, candidate) the parent's answers
     chan = Channel(result_fd)
@@ -341,4 +341,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]), int(sys.argv[2]))

@@ -34,6 +34,7 @@ import json
 import os
 import signal
 import sys
+from typing import Callable
 
 import landlockpy
 from landlockpy import AccessFS, AccessNet, Scope
@@ -179,8 +180,8 @@ def _list(path: str) -> list[str]:
         return []
 
 
-def _inside(spec: dict, cmd: list[str]) -> None:
-    """PID 1 of the new namespace: build the walls, then become the evaluator child."""
+def _inside(spec: dict, run: Callable[[], None]) -> None:
+    """PID 1 of the new namespace: build the walls, then become the evaluator child (`run`)."""
     layers = {}
     _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     try:
@@ -197,7 +198,7 @@ def _inside(spec: dict, cmd: list[str]) -> None:
     layers["landlock"] = _landlock(spec | {"whole_proc": bool(spec.get("profile"))})
     layers["identity"] = _become(spec)
     os.environ["KFORGE_JAIL"] = json.dumps(layers | {"pid": "on", "resources": spec["resources"]})
-    os.execvpe(cmd[0], cmd, os.environ)
+    run()
 
 
 def narrow_profile_target() -> str:
@@ -257,13 +258,13 @@ def _forward(pid: int):
     return handler
 
 
-def _exec_here(spec: dict, cmd: list[str], why: str) -> None:
+def _run_here(spec: dict, run: Callable[[], None], why: str) -> None:
     """Without namespaces (the CUDA comparer, or a kernel that refuses them): the other walls, then the child."""
     layers = {"pid": why, "proc": why, "cache": _own_build_dir(spec, why_not=why.removeprefix("off: "))}
     _drop_capabilities()
     layers |= {"caps": "on", "landlock": _landlock(spec), "resources": spec["resources"]}
     os.environ["KFORGE_JAIL"] = json.dumps(layers | {"identity": _become(spec)})
-    os.execvpe(cmd[0], cmd, os.environ)
+    run()
 
 
 def _own_user_namespace() -> None:
@@ -289,8 +290,9 @@ def _join_cgroups(spec: dict) -> str:
     return group["said"]
 
 
-def main() -> None:
-    spec, cmd = json.loads(sys.argv[1]), sys.argv[3:]
+def enter(spec: dict, run: Callable[[], None]) -> None:
+    """Build the jail around this process and `run` the child in it (`run` never returns: it execs the child, or
+    is the child when forked by evaluator/forkserver.py). This process stays outside as the child's waiter."""
     spec["resources"] = _join_cgroups(spec)
     libc = _libc()
     if "uid" in spec["identity"]:
@@ -299,7 +301,7 @@ def main() -> None:
     if not spec.get("namespaces", True):  # the CUDA comparer: legacy IPC handles do not cross PID namespaces
         if profile:
             _no_profile("the spec asks for no namespaces")
-        _exec_here(spec, cmd, "off: the comparer stays in kforge's PID namespace (CUDA IPC handles do not cross them)")
+        _run_here(spec, run, "off: the comparer stays in kforge's PID namespace (CUDA IPC handles do not cross them)")
     if os.geteuid() != 0:
         try:
             _own_user_namespace()
@@ -310,11 +312,11 @@ def main() -> None:
         why = os.strerror(ctypes.get_errno())
         if profile:
             _no_profile(f"unshare of the PID, mount and network namespaces failed: {why}")
-        _exec_here(spec, cmd, f"off: {why}")
+        _run_here(spec, run, f"off: {why}")
     child = os.fork()
     if child == 0:
         try:
-            _inside(spec, cmd)
+            _inside(spec, run)
         except BaseException as exc:  # noqa: BLE001 - said in the child's log, which kforge shows as evidence
             print(f"kforge jail: could not start the child: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         os._exit(127)
@@ -334,6 +336,11 @@ def main() -> None:
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     os._exit(code)
+
+
+def main() -> None:
+    cmd = sys.argv[3:]
+    enter(json.loads(sys.argv[1]), lambda: os.execvpe(cmd[0], cmd, os.environ))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Callable, Iterator
 
 from pydantic import BaseModel
 
-from evaluator import resources
+from evaluator import forkserver, resources
 from evaluator.contracts import EvaluatorError, Limits
 from evaluator.protocol import Request
 from evaluator.results import ChildResult
@@ -46,13 +47,14 @@ _MEMORY_POLL_S = 0.25
 _GRACE_S = 2.0  # after SIGINT, before SIGKILL: torch's build removes its lock file, the child reports
 _PR_SET_PDEATHSIG = 1
 _NOBODY = 65534
-_TOKEN_VAR = "KFORGE_CHILD_TOKEN"  # marks every process a child starts, so none can outlive it unnoticed
+TOKEN_VAR = "KFORGE_CHILD_TOKEN"  # marks every process a child starts, so none can outlive it unnoticed
+_TOKEN_LEN = 32
 
 
 def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     env.update(
-        HOME=str(workdir), TMPDIR=str(workdir), TORCH_EXTENSIONS_DIR=str(build_dir), **{_TOKEN_VAR: token},
+        HOME=str(workdir), TMPDIR=str(workdir), TORCH_EXTENSIONS_DIR=str(build_dir), **{TOKEN_VAR: token},
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
         # the interpreter's own bin/ first: in a virtualenv run without activation, torch's builds call the
@@ -142,15 +144,33 @@ def _reachable(path: str, bits: int) -> bool:
         return False
 
 
+def _joining(spec: dict, group: resources.Cgroup | None, said: str) -> dict:
+    """The jail spec with the child's cgroup to join (`said`: the resources layer's state)."""
+    return spec | {"cgroup": {"procs": group.procs if group else [], "said": said}}
+
+
 def _jailed(spec: dict | None, cmd: list[str], group: resources.Cgroup | None = None, said: str = "") -> list[str]:
-    """The command that starts `cmd` in the jail, joining `group` (the child's cgroup; `said`: the layer's state)."""
+    """The command that starts `cmd` in the jail, joining `group`."""
     if spec is None:
         return cmd
-    spec = spec | {"cgroup": {"procs": group.procs if group else [], "said": said}}
-    return [sys.executable, str(_JAIL), json.dumps(spec), "--", *cmd]
+    return [sys.executable, str(_JAIL), json.dumps(_joining(spec, group, said)), "--", *cmd]
 
 
-def _prepare_child(limits: Limits, cap_address_space: bool, cores: set[int] | None = None) -> None:
+def _server_env() -> dict[str, str]:
+    """The fork server's environment, which every forked child's memory holds: a child's, with a home of its own
+    and a placeholder token (each child writes its own over it: forkserver.stamp_token)."""
+    home = Path(tempfile.mkdtemp(prefix="kforge-forkserver-"))
+    return scrubbed_env(home, home, "0" * _TOKEN_LEN)
+
+
+def start_children() -> None:
+    """Start the fork server now rather than at the first child: its `import torch` (seconds) then overlaps with
+    the caller's own (the CLI calls this before it imports the evaluator)."""
+    if forkserver.enabled():
+        forkserver.server(_server_env)
+
+
+def prepare_child(limits: Limits, cap_address_space: bool, cores: set[int] | None = None) -> None:
     """Runs in the child before exec. CUDA reserves huge virtual ranges, so RLIMIT_AS only for CPU runs.
     RLIMIT_CPU caps each process at the CPU seconds its wall budget could use on every core.
     RLIMIT_FSIZE caps each file it writes (Python then gets EFBIG); RLIMIT_NPROC would not bind root.
@@ -182,7 +202,7 @@ def run_tool(cmd: list[str], workdir: Path, spec: dict, limits: Limits, log: Pat
         proc = subprocess.Popen(_jailed(spec, confined, group, said), cwd=workdir,
                                 env=scrubbed_env(workdir, workdir, secrets.token_hex(16)), stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=lambda: _prepare_child(limits, cap_address_space=False, cores=cores))
+                                preexec_fn=lambda: prepare_child(limits, cap_address_space=False, cores=cores))
     deadline = time.monotonic() + limits.timeout_s
     try:
         while proc.poll() is None:
@@ -209,7 +229,7 @@ def _rss_bytes(pid: int) -> int:
 def _kill_stragglers(token: str) -> int:
     """SIGKILL every process that still carries the child's token: daemons that left its process group
     (double fork + setsid) would otherwise keep running, e.g. burning CPU while the next reference is timed."""
-    marker = f"{_TOKEN_VAR}={token}".encode()
+    marker = f"{TOKEN_VAR}={token}".encode()
     killed = 0
     for entry in Path("/proc").iterdir():
         try:
@@ -259,16 +279,22 @@ class Child:
         self._arrived = threading.Condition()
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
-        self.token = secrets.token_hex(16)
+        self.token = secrets.token_hex(_TOKEN_LEN // 2)
         self.cgroup, said = resources.for_child(limits.processes, limits.memory_mb) if jail else (None, "")
+        env = scrubbed_env(workdir, build_dir, self.token) | (env or {})
         with open(self.result.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                _jailed(jail, [*(runner or []), sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)],
-                        self.cgroup, said), cwd=workdir,
-                env=scrubbed_env(workdir, build_dir, self.token) | (env or {}), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, pass_fds=(req_r, res_w), start_new_session=True,
-                preexec_fn=lambda: _prepare_child(limits, cap_address_space, cores),
-            )
+            if runner is None and forkserver.enabled():
+                self.proc = forkserver.server(_server_env).spawn(
+                    {"cwd": str(workdir), "env": env, "jail": jail and _joining(jail, self.cgroup, said),
+                     "limits": limits.model_dump(), "cap_address_space": cap_address_space,
+                     "cores": sorted(cores) if cores else None}, [log.fileno(), req_r, res_w])
+            else:
+                self.proc = subprocess.Popen(
+                    _jailed(jail, [*(runner or []), sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)],
+                            self.cgroup, said), cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, pass_fds=(req_r, res_w), start_new_session=True,
+                    preexec_fn=lambda: prepare_child(limits, cap_address_space, cores),
+                )
         os.close(req_r)
         os.close(res_w)
         self._requests = os.fdopen(req_w, "wb")

@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands
 def backend_for(name: str, address: str | None) -> Backend:
     """The local evaluator (default) or the Ray one; the caller stores the verdicts either way."""
     if name == "local":
+        from evaluator.sandbox import start_children
+
+        start_children()  # the children's server loads torch while this process does
         from evaluator.runner import evaluate
 
         return evaluate

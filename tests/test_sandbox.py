@@ -26,6 +26,12 @@ from evaluator.contracts import Limits
 from evaluator.sandbox import probe_layers
 from reference_problems import resolve_problem
 
+# A secret of kforge's process from its first moments (an API key would be in its environment): children are
+# forked from a server that never held kforge's memory (evaluator/forkserver.py), so none may find it in its own.
+# Its two halves are apart everywhere but here, so that a candidate can look for it without making it.
+SECRET_HEAD, SECRET_TAIL = "kf0rge-s3cret-", "d0-n0t-l3ak"
+os.environ["KFORGE_TEST_SECRET"] = SECRET_HEAD + SECRET_TAIL
+
 pytestmark = pytest.mark.skipif(not probe_layers(Path("/tmp")).get("pid", "").startswith("on"),
                                 reason="this kernel gives no PID namespace to the jail")
 
@@ -159,6 +165,29 @@ def world(tmp_path_factory, adversarial_build_root) -> dict:
         "parent": f"attempt('signal kforge', lambda: os.kill({os.getpid()}, 0))\n"
                   f"attempt('see kforge in /proc', lambda: open('/proc/{os.getpid()}/status').read())\n"
                   "attempt('see the host processes', lambda: [][0] if len(glob.glob('/proc/[0-9]*')) < 20 else None)",
+        "memory": "def scan(head, tail):  # every readable and writable mapping of this process, read whole\n"
+                  "    with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem:\n"
+                  "        for line in maps:\n"
+                  "            span, perms = line.split()[:2]\n"
+                  "            start, end = (int(x, 16) for x in span.split('-'))\n"
+                  "            try:\n"
+                  "                mem.seek(start)\n"
+                  "                data = mem.read(end - start) if perms.startswith('rw') else b''\n"
+                  "            except OSError:\n"
+                  "                continue\n"
+                  "            at = data.find(head)\n"
+                  "            while at >= 0:\n"
+                  "                if data[at + len(head):at + len(head) + len(tail)] == tail:\n"
+                  "                    return\n"
+                  "                at = data.find(head, at + 1)\n"
+                  "    raise LookupError\n"
+                  "probe = os.urandom(8).hex().encode()\n"
+                  "found_probe = [probe[:8] + b'-' + probe[8:]]  # made at run time: the scan must see it\n"
+                  "try:\n"
+                  "    scan(probe[:8] + b'-', probe[8:])\n"
+                  "except LookupError:\n"
+                  "    ESCAPED.append('the memory scan did not see the heap')\n"
+                  f"attempt('find kforge\\'s secret in its own memory', lambda: scan({SECRET_HEAD.encode()!r}, {SECRET_TAIL.encode()!r}))",
         "proc_opener": "for fd in glob.glob('/proc/*/fd/*'):\n"
                        "    try:\n"
                        "        os.close(os.open(fd, os.O_RDONLY | os.O_NONBLOCK))\n"
@@ -177,7 +206,7 @@ def world(tmp_path_factory, adversarial_build_root) -> dict:
     return {"verdicts": verdicts, "db": db, "targets": targets, "listeners": listeners, "wall_s": time.monotonic() - started}
 
 
-ATTACKS = ["writes", "reads_secret", "network", "sysctl", "db_hunter", "parent", "proc_opener", "daemon"]
+ATTACKS = ["writes", "reads_secret", "network", "sysctl", "db_hunter", "parent", "memory", "proc_opener", "daemon"]
 
 
 @pytest.mark.slow
