@@ -1,8 +1,9 @@
 """What the jail costs per child: `python -c pass` started plain and through evaluator/jail.py, interleaved, and
 the same with `import torch` (a child's real start). A jailed start includes what a candidate child gets: its
 cgroup made, joined and removed, and its view of a build cache mounted. Then whole evaluator children (jail,
-interpreter, torch, kforge's modules) started alone and eight at once, as a batch starts them: seconds from the
-spawn to the child's `setup` mark (its request read). Prints one JSON object of medians in ms.
+interpreter, torch, kforge's modules) started alone and eight at once, as a batch starts them, each way: forked
+from the fork server (the first of them waits for the server's own start) and as its own interpreter (exec):
+seconds from the spawn to the child's `setup` mark (its request read). Prints one JSON object of medians in ms.
 
     python benchmarks/jail_cost.py [REPS] [--together N]"""
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -68,8 +70,10 @@ def main(reps: int = 20, together: int = 8) -> None:
                 jailed.append(_jailed_once(spec, [sys.executable, "-c", code], str(scratch)))
             out[name] = {"plain_ms": round(statistics.median(plain), 1), "jailed_ms": round(statistics.median(jailed), 1),
                          "cost_ms": round(statistics.median(jailed) - statistics.median(plain), 1), "reps": reps}
-        out["child_alone_s"] = [_children_at_once(Path(root), 1)[0] for _ in range(3)]
-        out[f"children_{together}_at_once_s"] = _children_at_once(Path(root), together)
+        for launch, forked in (("forked", "1"), ("exec", "0")):  # from the fork server (its start: the first), or not
+            os.environ["KFORGE_FORK_SERVER"] = forked
+            out[launch] = {"child_alone_s": [_children_at_once(Path(root), 1)[0] for _ in range(3)],
+                           f"children_{together}_at_once_s": _children_at_once(Path(root), together)}
     print(json.dumps(out))
 
 
