@@ -22,8 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from evaluator import buildcache, resources  # noqa: E402
 from evaluator.contracts import Limits  # noqa: E402
+from evaluator.jail_rules import jail_spec, probe_layers  # noqa: E402
 from evaluator.protocol import IntrospectRequest  # noqa: E402
-from evaluator.sandbox import Child, _jailed, jail_spec, probe_layers  # noqa: E402
+from evaluator.sandbox import Child, jailed  # noqa: E402
 
 
 def _once(cmd: list[str], cwd: str) -> float:
@@ -35,7 +36,7 @@ def _once(cmd: list[str], cwd: str) -> float:
 def _jailed_once(spec: dict, cmd: list[str], cwd: str) -> float:
     started = time.perf_counter()
     group, said = resources.for_child(Limits().processes, Limits().memory_mb)
-    subprocess.run(_jailed(spec, cmd, group, said), cwd=cwd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(jailed(spec, cmd, group, said), cwd=cwd, check=True, stdout=subprocess.DEVNULL)
     if group:
         group.close()
     return (time.perf_counter() - started) * 1e3

@@ -19,9 +19,10 @@ import torch
 from evaluator import buildcache, precompiled
 from evaluator.contracts import EvalSettings, EvaluatorError, Limits
 from evaluator.hardware import visible_gpus
+from evaluator.jail_rules import jail_spec, require_layers
 from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
 from evaluator.results import ChildResult
-from evaluator.sandbox import Child, jail_spec, require_layers, run_tool
+from evaluator.sandbox import Child, run_tool
 from evaluator.timing import CPU_CHILD_ENV, cpu_cores
 from reference_problems import Problem
 

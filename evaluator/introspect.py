@@ -22,9 +22,10 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from evaluator.contracts import Limits
+from evaluator.jail_rules import jail_spec, require_layers
 from evaluator.protocol import IntrospectRequest, Measured, misfits
 from evaluator.results import ChildResult
-from evaluator.sandbox import Child, jail_spec, require_layers
+from evaluator.sandbox import Child
 
 PER_FILE_S = 60.0  # a forward on the meta device takes well under a second; a file past this hangs
 

@@ -25,8 +25,9 @@ from pathlib import Path
 
 from evaluator import buildcache
 from evaluator.contracts import CandidateJob, EvalSettings, EvaluatorError, KernelProfile, Profile
+from evaluator.jail_rules import jail_spec, require_layers
 from evaluator.protocol import ProfileRequest
-from evaluator.sandbox import Child, jail_spec, require_layers
+from evaluator.sandbox import Child
 
 CALLS = 3  # forward calls profiled (after one warm-up call)
 START_S = 120.0  # ncu's start, the interpreter, torch, CUDA's init and the candidate's load

@@ -120,7 +120,7 @@ def doctor(as_json: JsonOpt = False) -> None:
     """Which sandbox layers candidates run under on this machine (each enforced by the kernel, or why not)."""
     import tempfile
 
-    from evaluator.sandbox import probe_layers
+    from evaluator.jail_rules import probe_layers
 
     with tempfile.TemporaryDirectory(prefix="kforge-doctor-") as scratch:
         os.chmod(scratch, 0o711)  # as a batch's root: the child uid reaches its folder inside

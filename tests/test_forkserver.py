@@ -13,7 +13,8 @@ import pytest
 
 from evaluator import forkserver
 from evaluator.contracts import Limits
-from evaluator.sandbox import TOKEN_VAR, Child, jail_spec
+from evaluator.jail_rules import jail_spec
+from evaluator.sandbox import TOKEN_VAR, Child
 from test_protocol import _Stray
 
 

@@ -14,8 +14,9 @@ import pytest
 
 from evaluator import CandidateJob, EvalSettings, Evidence, KernelProfile, Profile, Status, TimingStats, Verdict, profile
 from evaluator.contracts import SpeedOfLight, TimingReport
+from evaluator.jail_rules import jail_spec
 from evaluator.profiling import METRICS, parse_csv
-from evaluator.sandbox import _JAIL, ROOT, jail_spec, scrubbed_env
+from evaluator.sandbox import _JAIL, ROOT, scrubbed_env
 from prompts import Turn, chat_messages, render_feedback
 from reference_problems import resolve_problem
 

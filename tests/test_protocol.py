@@ -13,10 +13,11 @@ from pydantic import BaseModel
 from evaluator.batch import Batch
 from evaluator.contracts import Limits, Status
 from evaluator.introspect import introspect
+from evaluator.jail_rules import jail_spec
 from evaluator.judge import ended_badly
 from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, read_request
 from evaluator.results import ChildResult
-from evaluator.sandbox import Child, jail_spec
+from evaluator.sandbox import Child
 from kforge.speed_of_light import Cost, derive
 from reference_problems import resolve_problem
 
@@ -159,8 +160,9 @@ def test_a_request_kforge_cannot_write_raises_at_once_instead_of_starving_its_ch
     import torch
 
     from evaluator.contracts import Limits
+    from evaluator.jail_rules import jail_spec
     from evaluator.protocol import IntrospectRequest
-    from evaluator.sandbox import Child, jail_spec
+    from evaluator.sandbox import Child
 
     path = _problem(tmp_path, "good", GOOD)
     child = Child(tmp_path / "w", tmp_path / "w" / "build", Limits(timeout_s=120), cap_address_space=True,

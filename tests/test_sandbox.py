@@ -23,7 +23,7 @@ import pytest
 from conftest import COMPILED_RELU, ROOT, kforge_runner, running
 from evaluator import CandidateJob, EvalSettings, Status, Verdict, evaluate
 from evaluator.contracts import Limits
-from evaluator.sandbox import probe_layers
+from evaluator.jail_rules import probe_layers
 from reference_problems import resolve_problem
 
 # A secret of kforge's process from its first moments (an API key would be in its environment): children are
@@ -270,7 +270,8 @@ def test_the_cuda_comparer_keeps_kforges_pid_namespace_but_not_its_powers(tmp_pa
     """The reference child on CUDA skips the namespaces (IPC handles must reach it) and still gets the rest."""
     import json
 
-    from evaluator.sandbox import _JAIL, jail_spec, scrubbed_env
+    from evaluator.jail_rules import jail_spec
+    from evaluator.sandbox import _JAIL, scrubbed_env
 
     spec = jail_spec([tmp_path], [], namespaces=False)
     code = "import json, os; print(json.dumps([os.getpid(), os.environ['KFORGE_JAIL']]))"
@@ -288,7 +289,8 @@ def test_a_jailed_child_names_its_threads_the_way_cuda_does_and_writes_nothing_e
     the rest of /proc (sysctls, other processes) stays read-only."""
     import json
 
-    from evaluator.sandbox import _JAIL, jail_spec, scrubbed_env
+    from evaluator.jail_rules import jail_spec
+    from evaluator.sandbox import _JAIL, scrubbed_env
 
     code = ("import os, threading\n"
             "open(f'/proc/self/task/{threading.get_native_id()}/comm', 'wb').write(b'kforge-cuda')\n"
@@ -312,7 +314,8 @@ def test_as_root_the_child_becomes_nobody_and_a_root_only_file_stays_closed_wher
     import shutil
     import tempfile
 
-    from evaluator.sandbox import _JAIL, child_identity, jail_spec
+    from evaluator.jail_rules import child_identity, jail_spec
+    from evaluator.sandbox import _JAIL
 
     tmp_path = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own tmp folders are 0700: no other uid gets in
     tmp_path.chmod(0o711)
