@@ -31,9 +31,10 @@ repeat() {  # N more evaluations of the given files (default: the repairs), one 
   local n=${1:-2}; shift; local dir; dir=$(staged ${@:-$REPAIRS})
   for i in $(seq "$n"); do kf evaluate $dir --device cuda --size full --jobs 14 --rerun --json; done | tee -a "$OUT/repeat.jsonl"
 }
-loads() {  # what a child's start costs (jailed evaluator children alone and 8 at once) and a comparer handoff
+loads() {  # what a child's start costs (jailed children, forked and exec'd, alone and 8 at once), a comparer handoff, CUDA's start
   python3 benchmarks/jail_cost.py 4 --together 8 | tee "$OUT/loads.json"
   python3 benchmarks/ipc_cost.py 4 64 1024 | tee "$OUT/ipc_cost.jsonl"
+  python3 benchmarks/cuda_start_cost.py 5 | tee "$OUT/cuda_start.json"
 }
 probe() {  # the timer itself: hot vs flushed, first call vs steady state, run-to-run spread
   python3 benchmarks/gpu_timing_check.py | tee "$OUT/timing_check.json"
