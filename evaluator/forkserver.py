@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from typing import Callable
 
 _MESSAGE = 1 << 20  # one spawn request: the jail spec (paths) and the environment
@@ -83,7 +84,7 @@ class Server:
             self._arrived.wait_for(lambda: ident in self._started or self._sock.fileno() < 0)
             reply = self._started.pop(ident, {"error": "the fork server ended"})
         if "error" in reply:
-            raise OSError(0, f"the fork server could not start the child: {reply['error']}")
+            raise OSError(0, reply["error"])
         return self._children[reply["pid"]]
 
     def _read(self) -> None:
@@ -183,27 +184,30 @@ def _child(req_r: int, res_w: int) -> None:
 
 
 def _fork(sock: socket.socket, data: bytes, fds: list[int], children: dict[int, int],
-          watch: selectors.BaseSelector) -> None:
+          watch: selectors.BaseSelector, refuse: str) -> None:
     request = json.loads(data)
+    reply = {"id": request["id"], "error": refuse}
     try:
-        log, req_r, res_w = fds
-        pid = os.fork()
-        if pid == 0:
-            _outer(request, log, req_r, res_w)
-        pidfd = os.pidfd_open(pid)
-        children[pidfd] = pid
-        watch.register(pidfd, selectors.EVENT_READ)
-        reply = {"id": request["id"], "pid": pid}
+        if not refuse:
+            log, req_r, res_w = fds
+            pid = os.fork()
+            if pid == 0:
+                _outer(request, log, req_r, res_w)
+            pidfd = os.pidfd_open(pid)
+            children[pidfd] = pid
+            watch.register(pidfd, selectors.EVENT_READ)
+            reply = {"id": request["id"], "pid": pid}
     except (OSError, ValueError) as exc:
-        reply = {"id": request["id"], "error": f"{type(exc).__name__}: {exc}"}
+        reply["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         for fd in fds:
             os.close(fd)
     sock.send(json.dumps(reply).encode())
 
 
-def serve(sock: socket.socket) -> None:
-    """Fork a child per request; report each one's exit status; end when kforge's end of the socket closes."""
+def serve(sock: socket.socket, refuse: str = "") -> None:
+    """Fork a child per request (or answer each with `refuse`, why it cannot); report each one's exit status; end
+    when kforge's end of the socket closes."""
     children: dict[int, int] = {}  # pidfd -> pid
     with selectors.DefaultSelector() as watch:
         watch.register(sock, selectors.EVENT_READ)
@@ -213,7 +217,7 @@ def serve(sock: socket.socket) -> None:
                     data, fds, _flags, _addr = socket.recv_fds(sock, _MESSAGE, 3)
                     if not data:
                         return
-                    _fork(sock, data, fds, children, watch)
+                    _fork(sock, data, fds, children, watch, refuse)
                     continue
                 watch.unregister(key.fd)
                 pid = children.pop(key.fd)
@@ -222,11 +226,27 @@ def serve(sock: socket.socket) -> None:
                 sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
 
 
+def _cuda_unforkable() -> str:
+    """Why a forked child could not use CUDA, or "": torch refuses CUDA in a process forked after CUDA's driver
+    was initialised (torch.utils.cpp_extension's import asks whether CUDA is available: with
+    PYTORCH_NVML_BASED_CUDA_CHECK=1, in the server's environment, it asks NVML instead). A probe child says."""
+    import torch
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(3 if torch.cuda._is_in_bad_fork() else 0)
+    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0:
+        return ""
+    return "CUDA was initialised in the fork server before it forked (torch would refuse it in the child)"
+
+
 def main() -> None:
+    # OpenBLAS (numpy's) keeps an idle thread pool, which it stops around a fork itself (pthread_atfork)
+    warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
     import evaluator.child  # noqa: F401 - what every child would import: torch, the evaluator, landlockpy
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    serve(socket.socket(fileno=int(sys.argv[1])))
+    serve(socket.socket(fileno=int(sys.argv[1])), _cuda_unforkable())
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import resource
 import secrets
@@ -27,6 +28,8 @@ from evaluator import forkserver, resources
 from evaluator.contracts import Limits
 from evaluator.protocol import Request
 from evaluator.results import ChildResult
+
+_log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
 # The only variables a candidate sees: what compilers and CUDA need to work.
@@ -71,7 +74,24 @@ def _server_env() -> dict[str, str]:
     """The fork server's environment, which every forked child's memory holds: a child's, with a home of its own
     and a placeholder token (each child writes its own over it: forkserver.stamp_token)."""
     home = Path(tempfile.mkdtemp(prefix="kforge-forkserver-"))
-    return scrubbed_env(home, home, "0" * _TOKEN_LEN)
+    # torch.utils.cpp_extension's import asks whether CUDA is available: through NVML, not by initialising CUDA,
+    # which a forked child could not then use
+    return scrubbed_env(home, home, "0" * _TOKEN_LEN) | {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
+
+_refusals: set[str] = set()
+
+
+def _forked(request: dict, fds: list[int]) -> forkserver.Forked | None:
+    """The child forked by the fork server, or None where it cannot fork one (said once per reason): the child
+    then starts as its own interpreter, in the same jail."""
+    try:
+        return forkserver.server(_server_env).spawn(request, fds)
+    except OSError as exc:
+        if exc.strerror not in _refusals:
+            _refusals.add(exc.strerror)
+            _log.warning("children start as their own interpreters: %s", exc.strerror)
+        return None
 
 
 def start_children() -> None:
@@ -194,12 +214,11 @@ class Child:
         self.cgroup, said = resources.for_child(limits.processes, limits.memory_mb) if jail else (None, "")
         env = scrubbed_env(workdir, build_dir, self.token) | (env or {})
         with open(self.result.log_path, "wb") as log:
-            if runner is None and forkserver.enabled():
-                self.proc = forkserver.server(_server_env).spawn(
-                    {"cwd": str(workdir), "env": env, "jail": jail and _joining(jail, self.cgroup, said),
-                     "limits": limits.model_dump(), "cap_address_space": cap_address_space,
-                     "cores": sorted(cores) if cores else None}, [log.fileno(), req_r, res_w])
-            else:
+            self.proc = _forked({"cwd": str(workdir), "env": env, "jail": jail and _joining(jail, self.cgroup, said),
+                                 "limits": limits.model_dump(), "cap_address_space": cap_address_space,
+                                 "cores": sorted(cores or [])}, [log.fileno(), req_r, res_w]) \
+                if runner is None and forkserver.enabled() else None
+            if self.proc is None:
                 self.proc = subprocess.Popen(
                     jailed(jail, [*(runner or []), sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)],
                             self.cgroup, said), cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,

@@ -4,8 +4,11 @@ tested through them by tests/test_sandbox.py (its `memory` attack: no kforge sec
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -65,3 +68,30 @@ def test_both_ways_of_starting_a_child_give_the_same_clear_error(tmp_path: Path,
     child.begin(_Stray())
     result = child.finish()
     assert result.returncode == 1 and result.last("error")["exc_type"] == "MalformedRequest"
+
+
+def test_a_server_that_cannot_fork_usable_children_says_why_and_children_start_as_interpreters(
+        tmp_path: Path, monkeypatch, caplog) -> None:
+    """A server refuses (as it does where CUDA was initialised before it forked): each request gets the reason,
+    and sandbox.Child starts its child the exec way, saying so once."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    refusing = threading.Thread(target=forkserver.serve, args=(theirs, "CUDA was initialised"), daemon=True)
+    refusing.start()
+    client = forkserver.Server.__new__(forkserver.Server)  # the client half alone, on this socket
+    client._sock, client._lock, client._next, client._started, client._children = ours, threading.Lock(), 0, {}, {}
+    client._arrived = threading.Condition()
+    threading.Thread(target=client._read, daemon=True).start()
+    monkeypatch.setattr(forkserver, "server", lambda make_env: client)
+    r, w = os.pipe()
+    with pytest.raises(OSError, match="CUDA was initialised"):
+        client.spawn({}, [r, w, w])  # its descriptors are closed on the server's side either way
+    with caplog.at_level(logging.WARNING):
+        children = [_child(tmp_path, f"exec{i}") for i in range(2)]
+    assert not any(isinstance(c.proc, forkserver.Forked) for c in children)
+    assert [r.message for r in caplog.records].count("children start as their own interpreters: CUDA was initialised") == 1
+    for child in children:
+        child.begin(_Stray())
+        assert child.finish().last("error")["exc_type"] == "MalformedRequest"
+    ours.shutdown(socket.SHUT_RDWR)  # as kforge's exit does: the reader's recv ends too
+    refusing.join(timeout=10)
+    assert not refusing.is_alive()  # the server ends when kforge's end closes
