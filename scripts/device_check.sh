@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "GPU evidence").
 # Usage: bash scripts/device_check.sh [evaluate|repeat N|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
-#        throughput [LEVEL]|audit [LEVELS]|doctor|pairing|crowd|agent|loads|all]
+#        speed-exec|throughput [LEVEL]|audit [LEVELS]|doctor|pairing|crowd|agent|loads|all]
 # (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +52,7 @@ adversarial() {  # each adversarial candidate on the GPU, with the status kforge
 memory() { python3 benchmarks/giant_memory.py solutions/avg_pool_2d/*.py | tee "$OUT/memory.json"; }
 speed() {  # the seeds and their repairs: kforge cold, warm, and the naive serial way (--modes picks)
   python3 benchmarks/eval_speed.py $(staged solutions/*/seed_*.py $REPAIRS) --device cuda --size full --jobs 14 "$@" \
-    2> >(tee -a "$OUT/eval_speed.progress" >&2) | tee "$OUT/eval_speed.json"
+    2> >(tee -a "$OUT/eval_speed${TAG:-}.progress" >&2) | tee "$OUT/eval_speed${TAG:-}.json"
 }
 throughput() {  # KernelBench level N (default 1) in one batch, cold then warm; KB=.kb (a carried copy of ../shared/kernelbench)
   python3 benchmarks/kernelbench_throughput.py ${KB:-.kb} --level ${1:-1} ${IDS:+--ids $IDS} --jobs ${JOBS:-16} --out "$OUT/throughput.json" \
@@ -80,7 +80,8 @@ timeline() {  # kernels, gaps and slow host calls inside each timed call (after 
 cmd=${1:-all}; shift || true
 case "$cmd" in
   evaluate) evaluate ;; repeat) repeat "$@" ;; probe) probe ;; ncu) ncu "$@" ;; gpu-tests) gpu_tests ;;
-  adversarial) adversarial ;; memory) memory ;; speed) speed "$@" ;; timeline) timeline "$@" ;;
+  adversarial) adversarial ;; memory) memory ;; speed) speed "$@" ;;
+  speed-exec) KFORGE_FORK_SERVER=0 TAG=_exec speed "$@" ;;  # each child its own interpreter: the fork server's baseline timeline) timeline "$@" ;;
   throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;; pairing) pairing "$@" ;; crowd) crowd ;;
   agent) agent "$@" ;; loads) loads ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
