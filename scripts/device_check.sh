@@ -81,7 +81,8 @@ cmd=${1:-all}; shift || true
 case "$cmd" in
   evaluate) evaluate ;; repeat) repeat "$@" ;; probe) probe ;; ncu) ncu "$@" ;; gpu-tests) gpu_tests ;;
   adversarial) adversarial ;; memory) memory ;; speed) speed "$@" ;;
-  speed-exec) KFORGE_FORK_SERVER=0 TAG=_exec speed "$@" ;;  # each child its own interpreter: the fork server's baseline timeline) timeline "$@" ;;
+  timeline) timeline "$@" ;;
+  speed-exec) KFORGE_FORK_SERVER=0 TAG=_exec speed "$@" ;;  # each child its own interpreter: the fork server's baseline
   throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;; pairing) pairing "$@" ;; crowd) crowd ;;
   agent) agent "$@" ;; loads) loads ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
