@@ -9,8 +9,8 @@ from typing import Any, Callable
 from evaluator.batch import Batch
 from evaluator.references import OpenProblems
 
-IN_FLIGHT = 4  # candidates per device on CUDA: one holding it, three whose children load meanwhile
-AHEAD = 2  # candidates per device on CUDA whose children load before they are admitted
+IN_FLIGHT = 3  # candidates per device on CUDA: one holding it, two ready to take it
+AHEAD = 1  # candidates per device on CUDA whose children start before they are admitted
 
 
 class Dispatcher:
@@ -18,15 +18,14 @@ class Dispatcher:
     problems first, and a new problem only when OpenProblems has room for its comparer. On CUDA it also asks
     for spare reference children: the problems of compiled candidates, then of those still compiling.
 
-    In flight per device on CUDA: IN_FLIGHT, from what a child costs to load against what a candidate keeps
-    the device busy (H100 host, stop 24): a child loads (interpreter, jail, torch) in 3-5 s, ~7 s while others
-    load beside it; a warm level-1 candidate keeps the device busy 2.5-3.7 s; 1 + ceil(7 / 2.5) = 4. A child
-    never holds the device while it loads (sandbox.Child.begin), but a candidate admitted only when a slot
-    frees started its child then, and in level 1 its problem's reference child too: the device idled 27 % of
-    a 388 s warm batch (stop 25). So the next AHEAD candidates' children load before admission: ceil(4.5 s
-    load / 2.9 s a warm level-1 candidate and its reference keep the device) = 2. A waiting child holds ~0.4 GB
-    of host memory (no CUDA yet). On CPU 2 in flight and none ahead: a child is spawned only once the CPU is
-    free, so more would only wait."""
+    In flight per device on CUDA: IN_FLIGHT. Children are forked from the fork server (ready in ~0.05 s), and on a
+    one-GPU batch make their CUDA context (~0.3 s) before they say `loaded`, while another holds the device; a
+    warm level-1 candidate and its reference keep it busy ~3 s. So one candidate waiting at the gate beside the
+    one running is enough, and a second covers a candidate whose child dies at once; AHEAD starts the next
+    candidate's child before its admission. Each waiting child holds a CUDA context (~0.5 GB of the GPU), which
+    is why not more. (With children started as interpreters, 4.5 s each on the H100 host, it took 4 in flight and
+    2 ahead: stop 25.) On CPU 2 in flight and none ahead: a child is spawned only once the CPU is free, so more
+    would only wait."""
 
     def __init__(self, batch: Batch, problems: OpenProblems, runners: ThreadPoolExecutor | None,
                  judge_one: Callable[..., Any], spawn: Callable[[Any], Any] | None = None):

@@ -228,35 +228,50 @@ def _spawn_candidate(batch: Batch, prep: _Prepared) -> Child:
 
 def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: _Prepared,
                      compiled: ChildResult, child: Child | None = None) -> Verdict:
-    """The candidate on a free device. Its problem's last candidate closes the comparer before the device is given
-    back, so the next problem's reference never allocates beside a comparer that is still letting go of its
-    outputs (KernelBench's norm problems hold 7.5 GB a tensor)."""
+    """The candidate on a free device, then judged once the device is free again (the judge may wait for the
+    problem's FLOPs: the first candidates of a batch waited ~3 s for them while holding the GPU). Its problem's
+    last candidate closes the comparer before the device is given back, so the next problem's reference never
+    allocates beside a comparer that is still letting go of its outputs (KernelBench's norm problems hold 7.5 GB
+    a tensor)."""
     began = []
 
-    def run(take: _Hold) -> Verdict:
+    def run(take: _Hold) -> Verdict | _Ran:
         began.append(True)
         try:
-            return _evaluate_compiled(batch, problems, costs, prep, compiled, take, child or _spawn_candidate(batch, prep))
+            return _run_compiled(batch, problems, prep, take, child or _spawn_candidate(batch, prep))
         finally:
             problems.finished_one(prep.job.problem)
 
     batch.on_stage(prep.job, "running")
     try:
-        verdict, gpu = _on_free_device(batch, run)
+        ran, gpu = _on_free_device(batch, run)
     finally:
         if not began:  # the batch stopped before the run began
             problems.finished_one(prep.job.problem)
             if child is not None:
                 child.finish(wait=False)
+    verdict = _judged(batch, costs, prep, compiled, ran) if isinstance(ran, _Ran) else ran
     verdict.evidence.gpu = gpu
     return verdict
 
 
-def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: _Prepared,
-                       compiled: ChildResult, take: _Hold, child: Child) -> Verdict:
+@dataclasses.dataclass
+class _Ran:
+    """What a candidate's run on the device leaves for its judge."""
+
+    result: ChildResult
+    ref: Reference
+    budget: EvalSettings
+    comparisons: dict[str, dict]
+    pacer: Pacer
+    waited_s: float  # for the problem's reference
+    comparer_s: float  # of the candidate's stages: its outputs judged
+    beside: list[str]  # the open problems' comparers when the device came: evidence for an out-of-memory
+
+
+def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: _Hold, child: Child) -> Verdict | _Ran:
     """The candidate's child (started, told nothing yet) loads while the problem's reference runs (if it has not
-    yet); the candidate then runs on the device the comparer holds its expected outputs on, and is judged with its
-    problem's FLOPs."""
+    yet); the candidate then runs on the device the comparer holds its expected outputs on."""
     settings, problem = batch.settings, prep.job.problem
     server, comparisons, waited = problems.server(problem), {}, {"comparer": 0.0}
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired)
@@ -273,7 +288,7 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts
         take.release()  # the reference ran on it; this child takes it again once loaded
     budget = run_budget(settings, ref)
     child.limits = budget.limits
-    beside: list[str] = []  # the open problems' comparers when the device came: evidence for an out-of-memory
+    beside: list[str] = []
 
     def gate() -> str | None:
         gpu = take(server.gpu)
@@ -281,26 +296,31 @@ def _evaluate_compiled(batch: Batch, problems: OpenProblems, costs: ProblemCosts
         return gpu
 
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=gate)
-    result = child.finish()
+    return _Ran(child.finish(), ref, budget, comparisons, pacer, waited_s, waited["comparer"], beside)
+
+
+def _judged(batch: Batch, costs: ProblemCosts | None, prep: _Prepared, compiled: ChildResult, ran: _Ran) -> Verdict:
+    """The verdict on what the run left, with the problem's FLOPs (waited for here, on no device)."""
+    settings, result, ref = batch.settings, ran.result, ran.ref
     judged_at = time.monotonic()
     if costs:
-        ref = dataclasses.replace(ref, flops=costs.flops(problem))
-    outcome = judge(result, ref, problem.meta, budget, comparisons, pacer.paired)
+        ref = dataclasses.replace(ref, flops=costs.flops(prep.job.problem))
+    outcome = judge(result, ref, prep.job.problem.meta, ran.budget, ran.comparisons, ran.pacer.paired)
     judge_s = time.monotonic() - judged_at
     verdict = _verdict(prep.job, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
     verdict.evidence.compile_s, verdict.evidence.cache_hit = build.get("seconds"), build.get("cache_hit")
     verdict.evidence.build_steps_s = build.get("steps") or {}
-    verdict.evidence.stage_s = {"compile_child": round(compiled.wall_s, 3), "reference_wait": round(waited_s, 3),
+    verdict.evidence.stage_s = {"compile_child": round(compiled.wall_s, 3), "reference_wait": round(ran.waited_s, 3),
                                 "reference_run": round(ref.run_s, 3), **{f"reference_{k}": v for k, v in ref.stage_s.items()},
                                 **result.stage_seconds(), "judge": round(judge_s, 3),
                                 # within the candidate's stages: its outputs judged, the reference timed beside it
-                                "of_which_comparer": round(waited["comparer"], 3),
-                                "of_which_reference_blocks": round(pacer.paired.paused_s, 3)}
+                                "of_which_comparer": round(ran.comparer_s, 3),
+                                "of_which_reference_blocks": round(ran.pacer.paired.paused_s, 3)}
     verdict.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
     verdict.evidence.notes += _notes(compiled, result)
-    if settings.device == "cuda" and "out of memory" in verdict.evidence.cause and beside:
-        verdict.evidence.notes.append(f"device memory of the open problems' comparers when it started: {beside[0]}")
+    if settings.device == "cuda" and "out of memory" in verdict.evidence.cause and ran.beside:
+        verdict.evidence.notes.append(f"device memory of the open problems' comparers when it started: {ran.beside[0]}")
     verdict.evidence.sandbox = (result.last("env") or {}).get("sandbox") or {}
     verdict.wall_s = compiled.wall_s + result.wall_s
     shutil.rmtree(prep.workdir / "out", ignore_errors=True)
