@@ -65,9 +65,12 @@ class Server:
 
     def __init__(self, env: dict[str, str]):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.proc = subprocess.Popen([sys.executable, "-m", "evaluator.forkserver", str(theirs.fileno())],
-                                     cwd=env["HOME"], env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                     start_new_session=True)  # the terminal's ^C is kforge's to pass on
+        self.log = os.path.join(env["HOME"], "server.log")  # what torch prints at import stays off kforge's output
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "evaluator.forkserver", str(theirs.fileno())],
+                                         cwd=env["HOME"], env=env, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)  # the terminal's ^C is kforge's to pass on
         theirs.close()
         self._sock, self._lock, self._next = ours, threading.Lock(), 0
         self._started: dict[int, dict] = {}  # request id -> the server's reply, once it came
@@ -82,7 +85,7 @@ class Server:
             socket.send_fds(self._sock, [json.dumps(request | {"id": ident}).encode()], fds)
         with self._arrived:
             self._arrived.wait_for(lambda: ident in self._started or self._sock.fileno() < 0)
-            reply = self._started.pop(ident, {"error": "the fork server ended"})
+            reply = self._started.pop(ident, None) or {"error": f"the fork server ended (its log: {self.log})"}
         if "error" in reply:
             raise OSError(0, reply["error"])
         return self._children[reply["pid"]]
