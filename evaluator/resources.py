@@ -36,6 +36,9 @@ _REMOVE_TRIES = 40  # x 25 ms: an ended child's processes are reaped by then
 _FREEZE_WAIT_S = 0.2  # a freeze is asynchronous (v2's freezer and SIGSTOP alike): a thread stops when it is next
 # scheduled (milliseconds later on a busy machine), one in uninterruptible sleep when it wakes
 _counter = itertools.count()
+COMPILE_PEAK_MB = 3_600  # one CUDA extension's compile (nvcc, cicc over torch's headers): 16 at once held 56.6 GB
+# of the H100 host's memory (stop 21)
+BATCH_RESERVE_MB = 8_192  # the rest of a batch beside its compiles: kforge, its waiting children (issue 17's bound)
 
 
 @dataclass(frozen=True)
@@ -283,3 +286,23 @@ def for_child(processes: int, memory_mb: int) -> tuple[Cgroup | None, str]:
     except OSError as exc:
         return None, f"off: could not make the child's cgroup: {exc}"
     return group, group.said
+
+
+def compile_slots(requested: int) -> int:
+    """How many compiles may run at once: as many as asked, but no more than the host's available memory holds
+    beside the batch's own (16 asked on a 24 GB machine would have the kernel's OOM killer end compilers: wrong
+    `compile_error` verdicts)."""
+    available = _available_mb()
+    if available is None:
+        return requested
+    return max(1, min(requested, (available - BATCH_RESERVE_MB) // COMPILE_PEAK_MB))
+
+
+def _available_mb() -> int | None:
+    """MemAvailable of /proc/meminfo, in MB (None where there is none)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            fields = dict(line.split(":", 1) for line in fh)
+        return int(fields["MemAvailable"].split()[0]) // 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        return None

@@ -15,7 +15,7 @@ from typing import Callable, Iterator, TypeVar
 import torch
 from pydantic import BaseModel
 
-from evaluator import buildcache
+from evaluator import buildcache, resources
 from evaluator.batch import Batch, build_key
 from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Verdict
 from evaluator.costs import ProblemCosts
@@ -344,7 +344,11 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
     caller closing the generator), running children are stopped and the scratch space removed."""
     batch = Batch(settings)
     batch.on_stage = on_stage or (lambda job, stage: None)
-    compilers = ThreadPoolExecutor(max_workers=settings.jobs)
+    slots = resources.compile_slots(settings.jobs)
+    if slots < settings.jobs:
+        _log.warning("%d compiles at once, not %d: the host's available memory holds no more (~%.1f GB each)",
+                     slots, settings.jobs, resources.COMPILE_PEAK_MB / 1024)
+    compilers = ThreadPoolExecutor(max_workers=slots)
     runners = ThreadPoolExecutor(max_workers=IN_FLIGHT * len(batch.gpus))
     problems = dispatch = None
     try:

@@ -249,3 +249,16 @@ def test_a_child_is_given_a_device_only_once_it_is_loaded(cpu_settings, tmp_path
     assert loaded is not None and loaded <= asked[0][0] and asked[0][1]  # torch was mapped before the gate was asked
     assert result.started >= asked[1][0] and result.stage_seconds()["start"] < 1.5
     assert result.stage_seconds()["load"] == pytest.approx(loaded - result.spawned, abs=1e-3) and loaded > result.spawned
+
+
+def test_compiles_at_once_are_bounded_by_the_hosts_available_memory(monkeypatch):
+    """16 compiles asked on a 24 GB machine: what its memory holds beside the batch's own, at ~3.6 GB each."""
+    from evaluator import resources
+
+    assert resources._available_mb() > 0  # this machine's /proc/meminfo is read
+    monkeypatch.setattr(resources, "_available_mb", lambda: 24_000)
+    assert resources.compile_slots(16) == 4 and resources.compile_slots(2) == 2
+    monkeypatch.setattr(resources, "_available_mb", lambda: 2_000)
+    assert resources.compile_slots(16) == 1
+    monkeypatch.setattr(resources, "_available_mb", lambda: None)
+    assert resources.compile_slots(16) == 16
