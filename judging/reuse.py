@@ -52,6 +52,12 @@ def evaluate_and_record(database: Database, jobs: list[CandidateJob], settings: 
                         backend: Backend | None = None, on_stage: Callable | None = None) -> Iterator[Judged]:
     """Evaluate (the local evaluator unless a backend is given; on_stage hears the local one's progress) and store
     each verdict as it comes; however the caller stops, the evaluator's children are stopped."""
+    if not jobs:
+        return
+    if backend is None:
+        from evaluator.sandbox import start_children
+
+        start_children()  # the children's fork server imports torch while this process does, on the next line
     from evaluator.runner import evaluate  # torch loads here, not when the CLI starts
 
     backend = backend or evaluate

@@ -28,15 +28,10 @@ from kforge.app import (DbOpt, DeviceOpt, JsonOpt, ProblemOpt, SizeOpt, UserErro
 if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands that use them, not at start-up
     from db import Database
 
-def backend_for(name: str, address: str | None) -> Backend:
-    """The local evaluator (default) or the Ray one; the caller stores the verdicts either way."""
+def backend_for(name: str, address: str | None) -> Backend | None:
+    """The local evaluator (None: the default) or the Ray one; the caller stores the verdicts either way."""
     if name == "local":
-        from evaluator.sandbox import start_children
-
-        start_children()  # the children's server loads torch while this process does
-        from evaluator.runner import evaluate
-
-        return evaluate
+        return None
     if name == "ray":
         from evaluator import ray_backend  # Ray is an optional extra: imported only when asked for
         return functools.partial(ray_backend.evaluate, address=address)
