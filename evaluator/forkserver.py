@@ -183,7 +183,8 @@ def _stamp_token(name: str, token: str) -> None:
 def _child(req_r: int, res_w: int) -> None:
     from evaluator import child
 
-    child.main(req_r, res_w)
+    sys.argv = [child.__file__, str(req_r), str(res_w)]  # as `python -m evaluator.child` has it: a candidate
+    child.main(req_r, res_w)  # sees the same process either way (tests/adversarial finds the channel there)
 
 
 def _fork(sock: socket.socket, data: bytes, fds: list[int], children: dict[int, int],
