@@ -20,7 +20,7 @@ from evaluator import buildcache, precompiled
 from evaluator.contracts import EvalSettings, EvaluatorError, Limits
 from evaluator.hardware import visible_gpus
 from evaluator.jail_rules import jail_spec, require_layers
-from evaluator.protocol import WARM_GPU, CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
+from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
 from evaluator.results import ChildResult
 from evaluator.sandbox import Child, run_tool
 from evaluator.timing import CPU_CHILD_ENV, cpu_cores
@@ -116,12 +116,10 @@ class Batch:
               on_message: Callable[[dict], dict | None] | None = None, publish: bool = False) -> Child:
         """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request. On
         CPU a compile child (`publish`) runs off the timing cores, any other on them (it is spawned once the CPU
-        is held, and its reference is timed beside it there). On a batch's only GPU a child that will run on it
-        makes its CUDA context while it waits (child._warm_cuda)."""
+        is held, and its reference is timed beside it there)."""
         cpu = self.settings.device == "cpu"
-        env = CPU_CHILD_ENV if cpu else {WARM_GPU: self.gpus[0]} if len(self.gpus) == 1 and not publish else None
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
-                     jail=self.jail(workdir, build_dir, problem, candidate, publish), env=env,
+                     jail=self.jail(workdir, build_dir, problem, candidate, publish), env=CPU_CHILD_ENV if cpu else None,
                      cores=self.cores[1 if publish else 0])
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,

@@ -24,7 +24,7 @@ from evaluator import (comparer, confine, extensions, guard, hardware, introspec
                        timing, trials)
 from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, Go, IntrospectRequest,
                                 Leaks, Loaded, Memory, Message, Outputs, Pace, Probe, Profiled, ProfileRequest, Ready,
-                                ReferenceRequest, Request, Stage, Timing, Trials, WARM_GPU, read_request)
+                                ReferenceRequest, Request, Stage, Timing, Trials, read_request)
 
 
 class Channel:
@@ -247,29 +247,14 @@ def _run_reference(chan: Channel, req: ReferenceRequest, model, problem, request
 
 
 def _pin(gpu: str | None) -> None:
-    """The device comes with the request (the child may have started before one was free), unless the child was
-    started for the batch's only GPU (_warm_cuda). CUDA reads the variable when it initialises, which nothing
-    else in this process may have done."""
-    if gpu is None:
-        return
-    warmed = os.environ.get(WARM_GPU)
-    if warmed is not None and warmed != gpu:
-        raise RuntimeError(f"kforge: the child was started for GPU {warmed} but given GPU {gpu}")
-    if warmed is None:
+    """The device comes with the request (the child may have started before one was free). CUDA reads the
+    variable when it initialises, which nothing in this process may have done yet. No child touches a GPU before
+    it holds it: a child that made its CUDA context early (tried in stop 26, 0.3 s a child) grew the device's
+    used memory inside another candidate's leak windows, and an honest candidate was judged `leak`."""
+    if gpu is not None:
         if torch.cuda.is_initialized():
             raise RuntimeError("kforge: CUDA was initialised before the child's GPU was pinned")
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-
-
-def _warm_cuda() -> None:
-    """A child started for the batch's only GPU (evaluator/batch.py sets WARM_GPU) initialises CUDA and makes its
-    context before it says `loaded`, while another child holds the GPU: ~0.3 s on the H100
-    (benchmarks/cuda_start_cost.py), paid ten times by the seeds and repairs while holding it. No kernel runs."""
-    gpu = os.environ.get(WARM_GPU)
-    if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-        torch.cuda.init()
-        torch.cuda.synchronize()  # the context itself
 
 
 def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
@@ -341,9 +326,8 @@ def main(request_fd: int, result_fd: int) -> None:
     gc.freeze()  # what is loaded so far: the leak check's gc.collect() walks only what comes after (80 ms -> 17 us)
     requests = os.fdopen(request_fd, "rb")  # the request, then (reference, candidate) the parent's answers
     chan = Channel(result_fd)
+    chan.send(Loaded())  # the parent gives a device only to a child that is ready to use it
     try:
-        _warm_cuda()
-        chan.send(Loaded())  # the parent gives a device only to a child that is ready to use it
         _serve(chan, read_request(requests.readline()), confined, requests)
     except guard.Tampered as exc:
         chan.send(Cheat(exploit="judge_tampering", detail=f"replaced what the judge relies on {exc}"))

@@ -15,11 +15,6 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 
-# The GPU a child is started for, in its environment, where the batch has one GPU and so knows it before the
-# child gets it: the child makes its CUDA context while it waits (evaluator/child.py, _warm_cuda).
-WARM_GPU = "KFORGE_WARM_GPU"
-
-
 class _Line(BaseModel):
     """Lines kforge writes itself: a field it does not know is a bug on one side, caught at once."""
 
