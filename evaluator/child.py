@@ -326,8 +326,8 @@ def main(request_fd: int, result_fd: int) -> None:
     gc.freeze()  # what is loaded so far: the leak check's gc.collect() walks only what comes after (80 ms -> 17 us)
     requests = os.fdopen(request_fd, "rb")  # the request, then (reference, candidate) the parent's answers
     chan = Channel(result_fd)
-    chan.send(Loaded())  # the parent gives a device only to a child that is ready to use it
     try:
+        chan.send(Loaded())  # the parent gives a device only to a child that is ready to use it
         _serve(chan, read_request(requests.readline()), confined, requests)
     except guard.Tampered as exc:
         chan.send(Cheat(exploit="judge_tampering", detail=f"replaced what the judge relies on {exc}"))

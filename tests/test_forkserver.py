@@ -95,3 +95,17 @@ def test_a_server_that_cannot_fork_usable_children_says_why_and_children_start_a
     ours.shutdown(socket.SHUT_RDWR)  # as kforge's exit does: the reader's recv ends too
     refusing.join(timeout=10)
     assert not refusing.is_alive()  # the server ends when kforge's end closes
+
+
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_sigint_is_the_polite_stop_either_way(tmp_path: Path, monkeypatch, fork: str) -> None:
+    """kforge's stop is SIGINT first: a child turns it into KeyboardInterrupt (torch's build then removes its lock
+    file) and says so, forked or exec'd, rather than dying of the signal."""
+    monkeypatch.setenv("KFORGE_FORK_SERVER", fork)
+    child = _child(tmp_path, "child")
+    assert child.wait_for("loaded")
+    inner = int(Path(f"/proc/{child.proc.pid}/task/{child.proc.pid}/children").read_text().split()[0])
+    os.kill(inner, signal.SIGINT)  # the child itself, inside the jail's outer process
+    child.proc.wait(timeout=30)
+    result = child.finish()
+    assert result.returncode == 1 and result.last("error")["exc_type"] == "KeyboardInterrupt", result.messages
