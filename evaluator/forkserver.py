@@ -17,11 +17,13 @@ child's exit status goes back to kforge on the socket, which its `Forked` handle
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
 import os
 import random
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -72,6 +74,7 @@ class Server:
                                          stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)  # the terminal's ^C is kforge's to pass on
         theirs.close()
+        atexit.register(shutil.rmtree, env["HOME"], True)  # its home and log go with kforge's process
         self._sock, self._lock, self._next = ours, threading.Lock(), 0
         self._started: dict[int, dict] = {}  # request id -> the server's reply, once it came
         self._children: dict[int, Forked] = {}

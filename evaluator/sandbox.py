@@ -72,7 +72,7 @@ def jailed(spec: dict | None, cmd: list[str], group: resources.Cgroup | None = N
 
 def _server_env() -> dict[str, str]:
     """The fork server's environment, which every forked child's memory holds: a child's, with a home of its own
-    and a placeholder token (each child writes its own over it: forkserver.stamp_token)."""
+    and a placeholder token (each child writes its own over it: forkserver._stamp_token)."""
     home = Path(tempfile.mkdtemp(prefix="kforge-forkserver-"))
     # torch.utils.cpp_extension's import asks whether CUDA is available: through NVML, not by initialising CUDA,
     # which a forked child could not then use
