@@ -116,11 +116,16 @@ class Batch:
               on_message: Callable[[dict], dict | None] | None = None, publish: bool = False) -> Child:
         """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request. On
         CPU a compile child (`publish`) runs off the timing cores, any other on them (it is spawned once the CPU
-        is held, and its reference is timed beside it there)."""
+        is held, and its reference is timed beside it there). A child timed on CPU is its own interpreter, not
+        forked: children forked from one server share its address-space layout, and an identical candidate then
+        timed 0.76-1.02x its reference, every time below 1 (cpu_pairing.py, stop 26); exec'd, 0.94-1.21x around
+        1, each process placed at random."""
         cpu = self.settings.device == "cpu"
+        timed_on_cpu = cpu and not publish
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
-                     jail=self.jail(workdir, build_dir, problem, candidate, publish), env=CPU_CHILD_ENV if cpu else None,
-                     cores=self.cores[1 if publish else 0])
+                     jail=self.jail(workdir, build_dir, problem, candidate, publish),
+                     env=CPU_CHILD_ENV if timed_on_cpu else None, cores=self.cores[1 if publish else 0],
+                     fork=not timed_on_cpu)
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
             gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:

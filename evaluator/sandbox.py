@@ -201,12 +201,12 @@ class Child:
     `wait_for`): the reference server answers comparisons, a candidate waits for each handoff to be judged.
     `on_message` runs in the reader thread for every message and may return a line to send back (a candidate's
     handoff is answered that way). `runner`: a trusted program the child is started under, inside the jail (the
-    profile child's ncu); `cores`: the CPUs it runs on."""
+    profile child's ncu); `cores`: the CPUs it runs on; `fork`: from the fork server (else its own interpreter)."""
 
     def __init__(self, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
                  stop: threading.Event | None = None, on_message: Callable[[dict], BaseModel | None] | None = None,
                  jail: dict | None = None, env: dict[str, str] | None = None, runner: list[str] | None = None,
-                 cores: set[int] | None = None):
+                 cores: set[int] | None = None, fork: bool = True):
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
@@ -221,7 +221,7 @@ class Child:
             self.proc = _forked({"cwd": str(workdir), "env": env, "jail": jail and _joining(jail, self.cgroup, said),
                                  "limits": limits.model_dump(), "cap_address_space": cap_address_space,
                                  "cores": sorted(cores or [])}, [log.fileno(), req_r, res_w]) \
-                if runner is None and forkserver.enabled() else None
+                if runner is None and fork and forkserver.enabled() else None
             if self.proc is None:
                 self.proc = subprocess.Popen(
                     jailed(jail, [*(runner or []), sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)],
