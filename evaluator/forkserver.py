@@ -121,17 +121,18 @@ class Server:
         return self._sock.fileno() >= 0 and self.proc.poll() is None
 
 
-_servers: dict[tuple, Server] = {}
+_server: Server | None = None
 _server_lock = threading.Lock()
 
 
-def server(make_env: Callable[[], dict[str, str]], key: tuple = ()) -> Server:
-    """The process's fork server for `key` (what its environment holds that only an exec reads), started at
-    first use (and again if it died) with the environment `make_env` gives."""
+def server(make_env: Callable[[], dict[str, str]]) -> Server:
+    """The process's fork server, started at first use (and again if it died) with the environment `make_env`
+    gives."""
+    global _server
     with _server_lock:
-        if key not in _servers or not _servers[key].alive():
-            _servers[key] = Server(make_env())
-        return _servers[key]
+        if _server is None or not _server.alive():
+            _server = Server(make_env())
+        return _server
 
 
 # --- the server's side -------------------------------------------------------------------------------------

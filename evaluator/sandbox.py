@@ -80,17 +80,18 @@ def _server_env() -> dict[str, str]:
 
 
 _refusals: set[str] = set()
-# Read by the C library or the loader when a process starts, so a forked child keeps its server's: each value a
-# child asks for gets a server of its own (CPU children's malloc tunables, timing.CPU_CHILD_ENV).
+# Read by the C library or the loader only when a process starts, which a forked child does not: a child whose
+# environment sets one starts as its own interpreter (CPU timing children's malloc tunables, timing.CPU_CHILD_ENV).
 _AT_EXEC = ("GLIBC_TUNABLES", "LD_PRELOAD", "MALLOC_ARENA_MAX")
 
 
 def _forked(request: dict, fds: list[int]) -> forkserver.Forked | None:
-    """The child forked by the fork server, or None where it cannot fork one (said once per reason): the child
+    """The child forked by the fork server, or None where it cannot be forked (said once per reason): the child
     then starts as its own interpreter, in the same jail."""
-    at_exec = {k: request["env"][k] for k in _AT_EXEC if k in request["env"]}
+    if any(k in request["env"] for k in _AT_EXEC):
+        return None
     try:
-        return forkserver.server(lambda: _server_env() | at_exec, tuple(sorted(at_exec.items()))).spawn(request, fds)
+        return forkserver.server(_server_env).spawn(request, fds)
     except OSError as exc:
         if exc.strerror not in _refusals:
             _refusals.add(exc.strerror)

@@ -47,7 +47,7 @@ def test_a_forked_child_loads_at_once_and_carries_its_own_token(tmp_path: Path) 
 def test_when_the_server_dies_its_children_end_and_the_next_child_gets_a_new_one(tmp_path: Path) -> None:
     child = _child(tmp_path, "orphan")
     assert child.wait_for("loaded")
-    server = forkserver.server(lambda: {})  # the default one, which forked it (no malloc tunables asked)
+    server = forkserver.server(lambda: {})
     server.proc.send_signal(signal.SIGKILL)
     assert child.proc.wait(timeout=30) < 0  # its outer process got its parent-death signal
     deadline = time.monotonic() + 10
@@ -81,7 +81,7 @@ def test_a_server_that_cannot_fork_usable_children_says_why_and_children_start_a
     client._sock, client._lock, client._next, client._started, client._children = ours, threading.Lock(), 0, {}, {}
     client._arrived = threading.Condition()
     threading.Thread(target=client._read, daemon=True).start()
-    monkeypatch.setattr(forkserver, "server", lambda make_env, key=(): client)
+    monkeypatch.setattr(forkserver, "server", lambda make_env: client)
     r, w = os.pipe()
     with pytest.raises(OSError, match="CUDA was initialised"):
         client.spawn({}, [r, w, w])  # its descriptors are closed on the server's side either way
