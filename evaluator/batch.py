@@ -16,11 +16,11 @@ from typing import Callable
 
 import torch
 
-from evaluator import buildcache, precompiled
+from evaluator import buildcache, gpumemory, precompiled
 from evaluator.contracts import EvalSettings, EvaluatorError, Limits
 from evaluator.hardware import visible_gpus
 from evaluator.jail_rules import jail_spec, require_layers
-from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
+from evaluator.protocol import WARM_GPU, CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
 from evaluator.results import ChildResult
 from evaluator.sandbox import Child, run_tool
 from evaluator.timing import CPU_CHILD_ENV, cpu_cores
@@ -48,6 +48,10 @@ class Batch:
         # (timing cores, the others) where the device is the CPU; a GPU's children run where the scheduler puts them
         self.cores = cpu_cores(settings.cpu_threads, os.sched_getaffinity(0)) if settings.device == "cpu" else (None, None)
         self._check_sandbox()
+        # a one-GPU batch's children make their CUDA context before they hold the device (child._warm_cuda), which
+        # a running candidate's leak check would count unless it reads that candidate's own processes
+        one_gpu = len(self.gpus) == 1 and settings.device == "cuda"
+        self._warm = {WARM_GPU: self.gpus[0]} if one_gpu and not gpumemory.unavailable() else None
         self.stop = threading.Event()  # set when the batch ends early: running children are stopped
         self._free = set(self.gpus)
         self._freed = threading.Condition()
@@ -119,13 +123,14 @@ class Batch:
         is held, and its reference is timed beside it there). A child timed on CPU is its own interpreter, not
         forked: children forked from one server share its address-space layout, and an identical candidate then
         timed 0.76-1.02x its reference, every time below 1 (cpu_pairing.py, stop 26); exec'd, 0.94-1.21x around
-        1, each process placed at random."""
+        1, each process placed at random. On a batch's only GPU a child that will run on it makes its CUDA context
+        while it waits (child._warm_cuda), where the leak check reads each candidate's own device memory."""
         cpu = self.settings.device == "cpu"
         timed_on_cpu = cpu and not publish
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
                      jail=self.jail(workdir, build_dir, problem, candidate, publish),
-                     env=CPU_CHILD_ENV if timed_on_cpu else None, cores=self.cores[1 if publish else 0],
-                     fork=not timed_on_cpu)
+                     env=CPU_CHILD_ENV if timed_on_cpu else self._warm if not publish else None,
+                     cores=self.cores[1 if publish else 0], fork=not timed_on_cpu)
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
             gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:

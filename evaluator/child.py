@@ -23,8 +23,8 @@ import torch
 from evaluator import (comparer, confine, extensions, guard, hardware, introspect, jail, leaks, loading, precompiled,
                        timing, trials)
 from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, Go, IntrospectRequest,
-                                Leaks, Loaded, Memory, Message, Outputs, Pace, Probe, Profiled, ProfileRequest, Ready,
-                                ReferenceRequest, Request, Stage, Timing, Trials, read_request)
+                                LeakMark, Leaks, Loaded, Memory, Message, Outputs, Pace, Probe, Profiled, ProfileRequest,
+                                Ready, ReferenceRequest, Request, Stage, Timing, Trials, WARM_GPU, read_request)
 
 
 class Channel:
@@ -185,8 +185,16 @@ def _handoff(chan: Channel, requests, req: CandidateRequest):
     return trials.handoff(Path(req.out_dir), req.device, send)
 
 
+def _marker(chan: Channel, requests, device: str):
+    """The leak check's marks on a GPU: the child waits at each while the parent reads its device memory."""
+    def mark(which: int) -> None:
+        if device == "cuda":
+            _ask(chan, requests, LeakMark(which=which), "it read the device memory")
+    return mark
+
+
 def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: extensions.KernelWatch, check, save,
-                   pace) -> None:
+                   pace, mark) -> None:
     """Correctness (watched), leak check, timing with output snapshots, and a stale-result probe."""
     device = req.device
     chan.send(Stage(stage="correctness"))
@@ -197,7 +205,7 @@ def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: 
     fresh = trials.FreshInputs(inputs, problem, req.timing_seed, device)
     call = lambda: model(*inputs)  # noqa: E731
     chan.send(Stage(stage="leak"))
-    growth, calls = leaks.measure_growth(call, device, req.leak_calls)
+    growth, calls = leaks.measure_growth(call, device, req.leak_calls, mark)
     chan.send(Leaks(growth=growth, calls=calls))
     check("leak")
     if req.timing.enabled:
@@ -247,14 +255,31 @@ def _run_reference(chan: Channel, req: ReferenceRequest, model, problem, request
 
 
 def _pin(gpu: str | None) -> None:
-    """The device comes with the request (the child may have started before one was free). CUDA reads the
-    variable when it initialises, which nothing in this process may have done yet. No child touches a GPU before
-    it holds it: a child that made its CUDA context early (tried in stop 26, 0.3 s a child) grew the device's
-    used memory inside another candidate's leak windows, and an honest candidate was judged `leak`."""
-    if gpu is not None:
+    """The device comes with the request (the child may have started before one was free), unless the child was
+    started for the batch's only GPU (_warm_cuda). CUDA reads the variable when it initialises, which nothing
+    else in this process may have done."""
+    if gpu is None:
+        return
+    warmed = os.environ.get(WARM_GPU)
+    if warmed is not None and warmed != gpu:
+        raise RuntimeError(f"kforge: the child was started for GPU {warmed} but given GPU {gpu}")
+    if warmed is None:
         if torch.cuda.is_initialized():
             raise RuntimeError("kforge: CUDA was initialised before the child's GPU was pinned")
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+
+
+def _warm_cuda() -> None:
+    """A child started for the batch's only GPU (evaluator/batch.py sets WARM_GPU) initialises CUDA and makes its
+    context before it says `loaded`, while another child holds the GPU: ~0.3 s on the H100
+    (benchmarks/cuda_start_cost.py), paid ten times by the seeds and repairs while holding it. No kernel runs.
+    Its context grows the device's used memory inside the running candidate's leak windows, which is why this
+    is done only where the leak check reads each candidate's own processes (evaluator.gpumemory)."""
+    gpu = os.environ.get(WARM_GPU)
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+        torch.cuda.init()
+        torch.cuda.synchronize()  # the context itself
 
 
 def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
@@ -295,7 +320,8 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
         model = trials.build_model(module.ModelNew, problem, req.init_seed, device)
         judge.check("in __init__")
         _run_candidate(chan, req, model, problem, watch, lambda stage: judge.check(f"during {stage}"),
-                       _handoff(chan, requests, req), _pacer(chan, requests))
+                       _handoff(chan, requests, req), _pacer(chan, requests),
+                       _marker(chan, requests, device))
 
 
 def _run_profile(chan: Channel, req: ProfileRequest, model, problem) -> None:
@@ -327,6 +353,7 @@ def main(request_fd: int, result_fd: int) -> None:
     requests = os.fdopen(request_fd, "rb")  # the request, then (reference, candidate) the parent's answers
     chan = Channel(result_fd)
     try:
+        _warm_cuda()
         chan.send(Loaded())  # the parent gives a device only to a child that is ready to use it
         _serve(chan, read_request(requests.readline()), confined, requests)
     except guard.Tampered as exc:

@@ -18,12 +18,14 @@ class Dispatcher:
     problems first, and a new problem only when OpenProblems has room for its comparer. On CUDA it also asks
     for spare reference children: the problems of compiled candidates, then of those still compiling.
 
-    In flight per device on CUDA: IN_FLIGHT. Children are forked from the fork server (ready in ~0.05 s); a warm
-    level-1 candidate and its reference keep the device busy ~3 s. So one candidate waiting at the gate beside
-    the one running is enough, and a second covers a candidate whose child dies at once; AHEAD starts the next
-    candidate's child before its admission. (With children started as interpreters, 4.5 s each on the H100
-    host, it took 4 in flight and 2 ahead: stop 25.) On CPU 2 in flight and none ahead: a child is spawned only
-    once the CPU is free, so more would only wait."""
+    In flight per device on CUDA: IN_FLIGHT. Children are forked from the fork server (ready in ~0.05 s), and on a
+    one-GPU batch make their CUDA context (~0.3 s) before they say `loaded`, while another holds the device; a
+    warm level-1 candidate and its reference keep it busy ~3 s. So one candidate waiting at the gate beside the
+    one running is enough, and a second covers a candidate whose child dies at once; AHEAD starts the next
+    candidate's child before its admission. Each waiting child holds a CUDA context (~0.5 GB of the GPU), which
+    is why not more. (With children started as interpreters, 4.5 s each on the H100 host, it took 4 in flight
+    and 2 ahead: stop 25.) On CPU 2 in flight and none ahead: a child is spawned only once the CPU is free, so
+    more would only wait."""
 
     def __init__(self, batch: Batch, problems: OpenProblems, runners: ThreadPoolExecutor | None,
                  judge_one: Callable[..., Any], spawn: Callable[[Any], Any] | None = None):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from evaluator import diagnose
 from evaluator.contracts import EvalSettings, Evidence, Mismatch, SpeedOfLight, Status, TimingReport, TimingStats
 from evaluator.floor import FACTOR, Floor, floor, impossible
+from evaluator.gpumemory import MARKS, ProcessMemory
 from evaluator.hardware import cpu_peak, device_name, peak
 from evaluator.pacing import Paired
 from evaluator.protocol import Cheat, Error, Kernels, Leaks, Probe, Trials
@@ -28,7 +29,8 @@ from reference_problems import ProblemMeta
 # it. GPU medians of one batch repeat within ~0.5 % (the repairs: 0.05-0.44 % across evaluations), and a false
 # alarm costs only the pairing: the speedup is then taken against the reference timed alone, as before pairing.
 DISTURBED = 0.05
-_LEAK_MIN_BYTES = {"host_rss": 16 * 2**20, "cuda_allocated": 2**20, "cuda_reserved": 2**20, "cuda_driver_used": 8 * 2**20}
+_LEAK_MIN_BYTES = {"host_rss": 16 * 2**20, "cuda_allocated": 2**20, "cuda_reserved": 2**20, "cuda_driver_used": 8 * 2**20,
+                   "cuda_process_used": 8 * 2**20}
 
 
 @dataclass
@@ -128,6 +130,7 @@ class _Case:
     settings: EvalSettings
     comparisons: dict[str, dict]  # label -> the comparer's answer on that handed-over call
     paired: Paired | None = None  # the reference timed beside the candidate's rounds (evaluator/pacing.py)
+    own_memory: ProcessMemory | None = None  # on a GPU: its processes' device memory at the leak check's marks
     max_abs_err: float = 0.0
     tolerance_used: float = 0.0
 
@@ -213,9 +216,18 @@ def _kernel(case: _Case) -> Outcome | None:
 
 
 def _leak(case: _Case) -> Outcome | None:
-    """Memory that grew in both windows of calls, beyond noise: that is a leak, not a one-time cache."""
-    report = case.result.read(Leaks)
-    leaked = {k: w[1] for k, w in report.growth.items() if min(w) > _LEAK_MIN_BYTES[k]}
+    """Memory that grew in both windows of calls, beyond noise: that is a leak, not a one-time cache. On a GPU
+    the device memory is what the parent read for the candidate's own processes, where it could (the child's
+    own reading counts every process on the device)."""
+    report, own = case.result.read(Leaks), case.own_memory
+    growth = dict(report.growth)
+    if own is not None and own.asked != MARKS:
+        return _cheat("forged_messages", f"the leak check had kforge read its device memory {own.asked} times; the "
+                                         f"harness asks {MARKS} times", "leak")
+    if own is not None and isinstance(read := own.growth(), tuple):
+        growth.pop("cuda_driver_used", None)
+        growth["cuda_process_used"] = read
+    leaked = {k: w[1] for k, w in growth.items() if min(w) > _LEAK_MIN_BYTES[k]}
     if not leaked:
         return None
     cause = "memory grows with every call: " + ", ".join(
@@ -331,10 +343,10 @@ _CHECKS = (_channel, _caught_in_child, _ended, _trials, _probe, _kernel, _leak, 
 
 
 def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: EvalSettings, comparisons: dict[str, dict],
-          paired: Paired | None = None) -> Outcome:
+          paired: Paired | None = None, own_memory: ProcessMemory | None = None) -> Outcome:
     """The first failing check decides. The harness only sends well-formed messages, so one the checks
     cannot read was written by the candidate: a verdict, never a crash of kforge."""
-    case = _Case(result, ref, meta, settings, comparisons, paired)
+    case = _Case(result, ref, meta, settings, comparisons, paired, own_memory)
     try:
         found = next(filter(None, (check(case) for check in _CHECKS)), None)
     except _MALFORMED as exc:

@@ -21,7 +21,9 @@ def _snapshot(device: str) -> dict[str, int]:
         torch.cuda.synchronize()
         snap["cuda_allocated"] = torch.cuda.memory_allocated()
         snap["cuda_reserved"] = torch.cuda.memory_reserved()
-        snap["cuda_driver_used"] = torch.cuda.mem_get_info()[1] - torch.cuda.mem_get_info()[0]  # sees raw cudaMalloc
+        # raw cudaMalloc too, but of every process on the device: judged only where the parent cannot read the
+        # candidate's own processes (evaluator.gpumemory)
+        snap["cuda_driver_used"] = torch.cuda.mem_get_info()[1] - torch.cuda.mem_get_info()[0]
     return snap
 
 
@@ -36,10 +38,11 @@ def window_calls(call_ms: float, most: int) -> int:
     return max(min(_LEAST_CALLS, most), min(most, int(_WINDOW_MS / max(call_ms, 1e-3))))
 
 
-def measure_growth(call, device: str, most: int) -> tuple[dict[str, list[int]], int]:
+def measure_growth(call, device: str, most: int, mark=lambda which: None) -> tuple[dict[str, list[int]], int]:
     """Growth per key over two consecutive windows of calls each, after one warm call (which sets how many,
     window_calls), and that number. A leak grows in both windows; one-time workspaces and caches grow only
-    before the first."""
+    before the first. `mark(i)` after each snapshot: the parent reads the device memory of this child's
+    processes then (evaluator.gpumemory)."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     with torch.no_grad():
         start = time.perf_counter()
@@ -47,8 +50,10 @@ def measure_growth(call, device: str, most: int) -> tuple[dict[str, list[int]], 
         sync()
         calls = window_calls((time.perf_counter() - start) * 1e3, most)
         snaps = [_snapshot(device)]
-        for _ in range(2):
+        mark(0)
+        for i in range(2):
             for _ in range(calls):
                 call()
             snaps.append(_snapshot(device))
+            mark(i + 1)
     return {k: [snaps[1][k] - snaps[0][k], snaps[2][k] - snaps[1][k]] for k in snaps[0]}, calls

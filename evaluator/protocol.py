@@ -15,6 +15,11 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 
+# The GPU a child is started for, in its environment, where the batch has one GPU and so knows it before the
+# child gets it: the child makes its CUDA context while it waits (evaluator/child.py, _warm_cuda).
+WARM_GPU = "KFORGE_WARM_GPU"
+
+
 class _Line(BaseModel):
     """Lines kforge writes itself: a field it does not know is a bug on one side, caught at once."""
 
@@ -248,6 +253,14 @@ class Leaks(Message):
     calls: int = Field(ge=1)  # calls in each window
 
 
+class LeakMark(Message):
+    """At each mark of the leak check on a GPU (evaluator.gpumemory.MARKS): the parent reads the device memory of
+    the candidate's processes, then answers Ack."""
+
+    event: Literal["leak_mark"] = "leak_mark"
+    which: int = Field(ge=0)
+
+
 class Timing(Message):
     event: Literal["timing"] = "timing"
     which: str  # model, compiled
@@ -361,4 +374,4 @@ class Profiled(Message):
 # What a candidate child sends, and how often: each event once, except one `stage` per stage and one `timing` per
 # kind. Anything else on its channel was written by the candidate.
 CANDIDATE_EVENTS = frozenset(m.model_fields["event"].default for m in (
-    Loaded, Env, Stage, Compiled, Kernels, Trials, Leaks, Timing, Pace, Probe, Memory, Done, Error, Cheat, Outputs))
+    Loaded, Env, Stage, Compiled, Kernels, Trials, LeakMark, Leaks, Timing, Pace, Probe, Memory, Done, Error, Cheat, Outputs))

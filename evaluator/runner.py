@@ -20,10 +20,11 @@ from evaluator.batch import Batch, build_key
 from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Verdict
 from evaluator.costs import ProblemCosts
 from evaluator.dispatch import IN_FLIGHT, Dispatcher
+from evaluator.gpumemory import ProcessMemory
 from evaluator.hardware import device_name
 from evaluator.judge import Outcome, Reference, ended_badly, harness_call, judge
 from evaluator.pacing import Pacer
-from evaluator.protocol import Ack, Go
+from evaluator.protocol import Ack, Go, Leaks
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
 from evaluator.results import ChildResult
 from evaluator.sandbox import Child
@@ -194,14 +195,16 @@ def _on_free_device(batch: Batch, run: Callable[[_Hold], T]) -> tuple[T, str | N
 
 
 def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: dict[str, dict], pacer: Pacer,
-           waited: dict[str, float]):
+           memory: ProcessMemory, waited: dict[str, float]):
     """The candidate child's handoffs, answered: each call's outputs go to the problem's comparer, the answer
     is kept for the judge (and the seconds it took in `waited`), and the child is told to go on. On CPU the
     raw-bytes file is removed once judged. Its paces go to the pacer, which times the reference beside its
-    rounds."""
+    rounds; the marks of its leak check, to the reader of its processes' device memory."""
     def on_message(message: dict) -> Ack | Go | None:
         if message.get("event") == "pace":
             return pacer(message)
+        if message.get("event") == "leak_mark":
+            return memory(message)
         if message.get("event") != "outputs":
             return None
         label = str(message.get("which"))
@@ -264,6 +267,7 @@ class _Ran:
     budget: EvalSettings
     comparisons: dict[str, dict]
     pacer: Pacer
+    memory: ProcessMemory  # the device memory of the candidate's processes at its leak check's marks
     waited_s: float  # for the problem's reference
     comparer_s: float  # of the candidate's stages: its outputs judged
     beside: list[str]  # the open problems' comparers when the device came: evidence for an out-of-memory
@@ -275,7 +279,8 @@ def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: _
     settings, problem = batch.settings, prep.job.problem
     server, comparisons, waited = problems.server(problem), {}, {"comparer": 0.0}
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired)
-    child.on_message = _relay(batch, prep, server, comparisons, pacer, waited)  # it has sent only `loaded` so far
+    memory = ProcessMemory(lambda: take.device if take.held and settings.device == "cuda" else None, child.proc.pid)
+    child.on_message = _relay(batch, prep, server, comparisons, pacer, memory, waited)  # it has sent only `loaded`
     pacer.hold = child.paused  # the candidate's processes are stopped while its reference block runs
     waiting = time.monotonic()
     try:
@@ -296,7 +301,7 @@ def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: _
         return gpu
 
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=gate)
-    return _Ran(child.finish(), ref, budget, comparisons, pacer, waited_s, waited["comparer"], beside)
+    return _Ran(child.finish(), ref, budget, comparisons, pacer, memory, waited_s, waited["comparer"], beside)
 
 
 def _judged(batch: Batch, costs: ProblemCosts | None, prep: _Prepared, compiled: ChildResult, ran: _Ran) -> Verdict:
@@ -305,7 +310,8 @@ def _judged(batch: Batch, costs: ProblemCosts | None, prep: _Prepared, compiled:
     judged_at = time.monotonic()
     if costs:
         ref = dataclasses.replace(ref, flops=costs.flops(prep.job.problem))
-    outcome = judge(result, ref, prep.job.problem.meta, ran.budget, ran.comparisons, ran.pacer.paired)
+    own = ran.memory if settings.device == "cuda" else None
+    outcome = judge(result, ref, prep.job.problem.meta, ran.budget, ran.comparisons, ran.pacer.paired, own)
     judge_s = time.monotonic() - judged_at
     verdict = _verdict(prep.job, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
@@ -319,6 +325,8 @@ def _judged(batch: Batch, costs: ProblemCosts | None, prep: _Prepared, compiled:
                                 "of_which_reference_blocks": round(ran.pacer.paired.paused_s, 3)}
     verdict.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
     verdict.evidence.notes += _notes(compiled, result)
+    if own is not None and isinstance(why := own.growth(), str) and result.read(Leaks) is not None:
+        verdict.evidence.notes.append(f"leak check counted the memory of the whole device, not the candidate's own: {why}")
     if settings.device == "cuda" and "out of memory" in verdict.evidence.cause and ran.beside:
         verdict.evidence.notes.append(f"device memory of the open problems' comparers when it started: {ran.beside[0]}")
     verdict.evidence.sandbox = (result.last("env") or {}).get("sandbox") or {}

@@ -51,6 +51,7 @@ def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
         HOME=str(workdir), TMPDIR=str(workdir), TORCH_EXTENSIONS_DIR=str(build_dir), **{TOKEN_VAR: token},
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
+        CUDA_DEVICE_ORDER="PCI_BUS_ID",  # a GPU's index is NVML's, which reads each child's device memory (gpumemory)
         # the interpreter's own bin/ first: in a virtualenv run without activation, torch's builds call the
         # venv's `ninja`, which is on no other PATH entry
         PATH=os.pathsep.join(filter(None, [str(Path(sys.executable).parent), env.get("PATH")])),

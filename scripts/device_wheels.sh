@@ -8,7 +8,7 @@ PY=${1:-.venv/bin/python}
 NAMES="pydantic pydantic_core pydantic-settings python-dotenv annotated-types typing-inspection typing_extensions
  SQLAlchemy alembic Mako typer click rich markdown-it-py mdurl Pygments shellingham annotated-doc
  openai httpx2 httpcore2 httpx httpcore h11 anyio sniffio jiter idna certifi truststore landlockpy
- pytest pluggy iniconfig pytest-timeout packaging"
+ nvidia-ml-py pytest pluggy iniconfig pytest-timeout packaging"
 mkdir -p .whl
 for name in $NAMES; do
   version=$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")

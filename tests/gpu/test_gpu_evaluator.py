@@ -27,7 +27,7 @@ def test_raw_cudamalloc_per_call_is_a_leak_and_the_control_is_not(tmp_path):
     assert verdicts["relu_cuda.py"].status is Status.CORRECT
     leak = verdicts["relu_cuda_leak.py"]
     assert leak.status is Status.LEAK
-    assert leak.evidence.leaked_bytes["cuda_driver_used"] >= 30 * 2**20  # 4 MiB x 10 calls
+    assert leak.evidence.leaked_bytes["cuda_process_used"] >= 30 * 2**20  # 4 MiB x 10 calls
 
 
 def test_missing_cuda_header_is_a_compile_error_with_its_cause(tmp_path):
