@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", default="small")
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
-    parser.add_argument("--modes", default="cold,warm,naive", help="which of cold, warm, naive to run, in that order")
+    parser.add_argument("--modes", default="cold,warm,naive", help="which of cold, warm, naive to run, in that order (a repeated one runs again)")
     parser.add_argument("--build-root", type=Path, help="the build cache (default: a fresh one, so cold is cold)")
     args = parser.parse_args()
     report_to = os.fdopen(os.dup(1), "w")  # the report alone; builds run in-process (naive) print to fd 1
@@ -93,9 +93,9 @@ def main() -> None:
     settings = EvalSettings(device=args.device, size=args.size, jobs=args.jobs, build_root=cache, warmup_ms=50, rep_ms=300)
     report = {"candidates": len(jobs), "device": args.device, "size": args.size, "jobs": args.jobs}
     runs = {"cold": ("kforge_cold", with_kforge), "warm": ("kforge_warm", with_kforge), "naive": ("naive_serial", naive)}
-    for mode in modes:
+    for i, mode in enumerate(modes):  # a mode named again runs again, reported as key_2, key_3...
         key, run = runs[mode]
-        report[key] = run(jobs, settings, mode)
+        report[key if mode not in modes[:i] else f"{key}_{modes[:i].count(mode) + 1}"] = run(jobs, settings, mode)
     for ratio, (slow, fast) in {"naive_over_cold": ("naive_serial", "kforge_cold"),
                                 "cold_over_warm": ("kforge_cold", "kforge_warm")}.items():
         if slow in report and fast in report:
