@@ -65,6 +65,8 @@ def used_by(gpu: str, root: int) -> int | str:
     except (pynvml.NVMLError, ValueError) as exc:
         return f"NVML on GPU {gpu}: {exc}"
     mine = [p for p in running if _descends(p.pid, root)]
+    if not mine:  # asked at a mark, after the child ran calls on this GPU: it has a context there
+        return f"NVML lists no process of the child on GPU {gpu} (its pids are another PID namespace's?)"
     if any(p.usedGpuMemory is None for p in mine):
         return f"NVML does not account memory per process on GPU {gpu}"
     return sum(p.usedGpuMemory for p in mine)

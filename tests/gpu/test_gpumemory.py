@@ -31,7 +31,7 @@ def test_a_process_is_read_with_its_own_allocations_and_without_anothers():
         mine, theirs = gpumemory.used_by("0", small.pid), gpumemory.used_by("0", big.pid)
         assert 64 * 2**20 <= mine < 1024 * 2**20, mine  # its 64 MiB and its context, none of the other's 2 GiB
         assert theirs >= 2048 * 2**20, theirs
-        assert gpumemory.used_by("0", os.getpid()) == 0  # this process made no context
+        assert "lists no process" in gpumemory.used_by("0", os.getpid())  # this process made no context
     finally:
         for proc in (big, small):
             proc.stdin.close()
