@@ -27,12 +27,14 @@ def _holding(mib: int) -> subprocess.Popen:
 def test_a_process_is_read_with_its_own_allocations_and_without_anothers():
     assert gpumemory.unavailable() == ""
     big, small = _holding(2048), _holding(64)
+    idle = subprocess.Popen(["sleep", "60"])  # no context of its own (this test's process has the holders below it)
     try:
         mine, theirs = gpumemory.used_by("0", small.pid), gpumemory.used_by("0", big.pid)
         assert 64 * 2**20 <= mine < 1024 * 2**20, mine  # its 64 MiB and its context, none of the other's 2 GiB
         assert theirs >= 2048 * 2**20, theirs
-        assert "lists no process" in gpumemory.used_by("0", os.getpid())  # this process made no context
+        assert "lists no process" in gpumemory.used_by("0", idle.pid)
     finally:
+        idle.kill()
         for proc in (big, small):
             proc.stdin.close()
             proc.wait(timeout=30)
