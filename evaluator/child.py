@@ -205,7 +205,8 @@ def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: 
     fresh = trials.FreshInputs(inputs, problem, req.timing_seed, device)
     call = lambda: model(*inputs)  # noqa: E731
     chan.send(Stage(stage="leak"))
-    growth, calls = leaks.measure_growth(call, device, req.leak_calls, mark)
+    fastest = min((t["call_ms"] for t in report.values()), default=0.0)
+    growth, calls = leaks.measure_growth(call, device, req.leak_calls, fastest, mark)
     chan.send(Leaks(growth=growth, calls=calls))
     check("leak")
     if req.timing.enabled:

@@ -27,7 +27,7 @@ def _snapshot(device: str) -> dict[str, int]:
     return snap
 
 
-_WINDOW_MS = 250.0  # a window's calls stop at about this much of the first call's time...
+_WINDOW_MS = 250.0  # a window's calls stop at about this much of the calls' time...
 _LEAST_CALLS = 4  # ...but never below this many: a slow call's window is 4 calls, a fast one's all of `most`
 
 
@@ -38,17 +38,14 @@ def window_calls(call_ms: float, most: int) -> int:
     return max(min(_LEAST_CALLS, most), min(most, int(_WINDOW_MS / max(call_ms, 1e-3))))
 
 
-def measure_growth(call, device: str, most: int, mark=lambda which: None) -> tuple[dict[str, list[int]], int]:
-    """Growth per key over two consecutive windows of calls each, after one warm call (which sets how many,
-    window_calls), and that number. A leak grows in both windows; one-time workspaces and caches grow only
-    before the first. `mark(i)` after each snapshot: the parent reads the device memory of this child's
-    processes then (evaluator.gpumemory)."""
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+def measure_growth(call, device: str, most: int, call_ms: float, mark=lambda which: None) -> tuple[dict[str, list[int]], int]:
+    """Growth per key over two consecutive windows of calls each (window_calls of `call_ms`, what one call
+    took in the trials), and that number. A leak grows in both windows; one-time workspaces and caches (a first
+    call on these inputs) grow only in the first. `mark(i)` after each snapshot: the parent reads the device
+    memory of this child's processes then (evaluator.gpumemory). No warm call first: it only measured what the
+    trials already had, and cost a call of every candidate on the GPU (137 ms for the conv1d repair)."""
+    calls = window_calls(call_ms, most)
     with torch.no_grad():
-        start = time.perf_counter()
-        call()
-        sync()
-        calls = window_calls((time.perf_counter() - start) * 1e3, most)
         snaps = [_snapshot(device)]
         mark(0)
         for i in range(2):

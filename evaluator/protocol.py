@@ -240,6 +240,7 @@ class TrialReport(BaseModel):
     outputs: list[dict[str, Any]] = Field(default_factory=list)
     max_input_numel: int = 0
     io_bytes: int = 0
+    call_ms: float = 0.0  # its wall time in the child: the leak check's windows follow the fastest trial's
 
 
 class Trials(Message):

@@ -194,16 +194,20 @@ def run_one(model, inputs: list, watch):
 def run_trials(model, problem: ModuleType, seeds: list[tuple[str, int]], device: str, save: Callable, sync,
                watch=None) -> dict[str, dict]:
     """One call per (label, seed), in the given order; per label: output description, input checksums
-    before/after, bytes in and out, and (with a watch) how often the compiled extension was called."""
+    before/after, bytes in and out, its wall time, and (with a watch) how often the compiled extension was
+    called."""
     report = {}
     with torch.no_grad():
         for label, seed in seeds:
             inputs = make_inputs(problem, seed, device)
             before = fingerprint(inputs)
+            start = time.perf_counter()
             value, calls = run_one(model, inputs, watch)
             outputs = as_tensors(value)
             sync()
+            call_ms = (time.perf_counter() - start) * 1e3
             report[label] = {
+                "call_ms": call_ms,
                 "outputs": save(outputs, label),
                 "inputs_changed": fingerprint(inputs) != before,
                 "max_input_numel": max((t.numel() for t in inputs if isinstance(t, torch.Tensor)), default=0),

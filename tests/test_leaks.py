@@ -22,6 +22,19 @@ def test_a_slow_call_that_keeps_memory_is_caught_in_fewer_calls():
     def call():
         time.sleep(0.1)
         kept.append(torch.ones(8 * 2**20, dtype=torch.uint8) + 1)  # 8 MiB a call, never freed: 32 MiB a window
-    growth, calls = measure_growth(call, "cpu", 10)
-    assert calls == 4 and len(kept) == 9  # one warm call, then two windows of 4 (not 21 calls: 2.1 s)
+    growth, calls = measure_growth(call, "cpu", 10, call_ms=100.0)
+    assert calls == 4 and len(kept) == 8  # two windows of 4 (not 21 calls: 2.1 s), and no warm call before
     assert min(growth["host_rss"]) >= 24 * 2**20
+
+
+def test_a_cache_made_by_the_first_call_grows_only_the_first_window():
+    """No warm call before the windows: what a first call on the timing inputs keeps is the first window's, and
+    a leak is growth in both."""
+    kept = []
+
+    def call():
+        if not kept:
+            kept.append(torch.ones(32 * 2**20, dtype=torch.uint8) + 1)
+    growth, calls = measure_growth(call, "cpu", 10, call_ms=0.1)
+    assert calls == 10
+    assert growth["host_rss"][0] >= 24 * 2**20 and growth["host_rss"][1] < 2**20
