@@ -152,6 +152,9 @@ class TimeBlock(_Line):
     op: Literal["time"] = "time"
     first: int = Field(ge=0)
     reps: int = Field(gt=0)
+    # the secret reps whose outputs the comparer keeps, with the block's last (trials.checked_reps), to judge the
+    # candidate's snapshots of them without running the reference again; None: keep none (outputs too big)
+    keep: list[int] | None = None
 
 
 class Compare(_Line):
@@ -348,6 +351,8 @@ class Compared(Message):
     tolerance_used: float = 0.0
     stale: str = ""  # the other call whose expected output this one matches
     own_failure: bool = False  # the error is the comparer's own (out of GPU memory), not the candidate's outputs
+    work_s: float = 0.0  # the comparer's own seconds on the request (the rest of a handoff is the way there and back)
+    recompute_s: float = 0.0  # of which the expected outputs were recomputed (a timed call's: not resident)
 
 
 class Audited(Message):

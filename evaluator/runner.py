@@ -218,6 +218,8 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
         start = time.monotonic()
         comparisons[label] = server.compare(label, label, trial, message.get("outputs"), path)
         waited["comparer"] += time.monotonic() - start
+        waited["comparer_work"] += comparisons[label].get("work_s", 0.0)
+        waited["comparer_recompute"] += comparisons[label].get("recompute_s", 0.0)
         if path is not None:
             path.unlink(missing_ok=True)
         return Ack(ack=label)
@@ -269,7 +271,7 @@ class _Ran:
     pacer: Pacer
     memory: ProcessMemory  # the device memory of the candidate's processes at its leak check's marks
     waited_s: float  # for the problem's reference
-    comparer_s: float  # of the candidate's stages: its outputs judged
+    comparer_s: dict[str, float]  # of the candidate's stages: its outputs judged (round trips, the comparer's work in them)
     beside: list[str]  # the open problems' comparers when the device came: evidence for an out-of-memory
 
 
@@ -277,7 +279,7 @@ def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: _
     """The candidate's child (started, told nothing yet) loads while the problem's reference runs (if it has not
     yet); the candidate then runs on the device the comparer holds its expected outputs on."""
     settings, problem = batch.settings, prep.job.problem
-    server, comparisons, waited = problems.server(problem), {}, {"comparer": 0.0}
+    server, comparisons, waited = problems.server(problem), {}, {"comparer": 0.0, "comparer_work": 0.0, "comparer_recompute": 0.0}
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired)
     memory = ProcessMemory(lambda: take.device if take.held and settings.device == "cuda" else None, child.proc.pid)
     child.on_message = _relay(batch, prep, server, comparisons, pacer, memory, waited)  # it has sent only `loaded`
@@ -301,7 +303,7 @@ def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: _
         return gpu
 
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=gate)
-    return _Ran(child.finish(), ref, budget, comparisons, pacer, memory, waited_s, waited["comparer"], beside)
+    return _Ran(child.finish(), ref, budget, comparisons, pacer, memory, waited_s, waited, beside)
 
 
 def _judged(batch: Batch, costs: ProblemCosts | None, prep: _Prepared, compiled: ChildResult, ran: _Ran) -> Verdict:
@@ -321,7 +323,9 @@ def _judged(batch: Batch, costs: ProblemCosts | None, prep: _Prepared, compiled:
                                 "reference_run": round(ref.run_s, 3), **{f"reference_{k}": v for k, v in ref.stage_s.items()},
                                 **result.stage_seconds(), "judge": round(judge_s, 3),
                                 # within the candidate's stages: its outputs judged, the reference timed beside it
-                                "of_which_comparer": round(ran.comparer_s, 3),
+                                "of_which_comparer": round(ran.comparer_s["comparer"], 3),
+                                "of_which_comparer_work": round(ran.comparer_s["comparer_work"], 3),
+                                "of_which_comparer_recompute": round(ran.comparer_s["comparer_recompute"], 3),
                                 "of_which_reference_blocks": round(ran.pacer.paired.paused_s, 3)}
     verdict.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
     verdict.evidence.notes += _notes(compiled, result)

@@ -1,5 +1,5 @@
 """The leak check's device memory is the candidate's own: whose processes count, and what the judge does with
-the reading. The reading itself (NVML) is tested on a GPU host: tests/gpu/test_gpumemory.py."""
+the reading. The reading itself (NVML) is tested on a GPU host: tests/gpu/test_gpu_nvml.py."""
 
 from __future__ import annotations
 
