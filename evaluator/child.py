@@ -81,11 +81,12 @@ def _sync(device: str):
     return torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
 
+_CHECKED_REPS = 3  # timed reps at secret positions whose outputs are checked, besides the last one
 _SNAPSHOT_SHARE = 0.1  # of the device's memory: what the kept snapshots may take together (6.4 GB outputs: one)
 
 
 class _Keeper:
-    """on_rep hook of the timed loop: snapshots the outputs of CHECKED_REPS reps at secret positions among those
+    """on_rep hook of the timed loop: snapshots the outputs of _CHECKED_REPS reps at secret positions among those
     sure to run, and of every rep that may be the last (each replaces the one before), under the label of the
     inputs they were computed from. As many as fit in `budget` bytes, secret ones first, and at least one: four
     copies of a 7.5 GB output beside the candidate's own tensors ran an H100 out of memory (issue 17)."""
@@ -99,9 +100,10 @@ class _Keeper:
     def __call__(self, i: int, least: int, checkpoint: bool, out) -> None:
         tensors = trials.as_tensors(out)
         if not self.slots:
-            self.slots = max(1, min(trials.CHECKED_REPS + 1, self.budget // max(1, trials.nbytes(tensors))))
-        secret = i in trials.checked_reps(self.fraction, least, min(trials.CHECKED_REPS, self.slots))
-        last = checkpoint and self.slots > trials.CHECKED_REPS
+            self.slots = max(1, min(_CHECKED_REPS + 1, self.budget // max(1, trials.nbytes(tensors))))
+        checked = min(_CHECKED_REPS, self.slots)
+        secret = i in {int((self.fraction + k / checked) % 1 * least) for k in range(checked)}
+        last = checkpoint and self.slots > _CHECKED_REPS
         if not (secret or last):
             return
         outputs = {self.label(): trials.snapshot(tensors)}

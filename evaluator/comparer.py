@@ -99,29 +99,15 @@ def _received(request: Compare, opened: ipc.Opened) -> list:
 
 class Timer:
     """The reference's side of interleaved timing: its call on the timing inputs, refilled per rep as the
-    candidate's are (trials.FreshInputs), kept from the reference's own timing. It keeps copies of the outputs of
-    the reps the request names (and of each block's last, until the next block): the expected outputs of the
-    candidate's snapshots, which the comparer otherwise recomputed with a reference call each (four a candidate,
-    ~0.2 s of the GPU for a 50 ms reference)."""
+    candidate's are (trials.FreshInputs), kept from the reference's own timing."""
 
     def __init__(self, call, fresh: trials.FreshInputs, device: str):
         self.call, self.fresh, self.device = call, fresh, device
         self.flush = timing.flush_buffer(device)  # made once: the comparer's footprint counts it
-        self.kept: dict[int, list] = {}  # timed rep -> the reference's outputs on its inputs
 
     def time(self, request: TimeBlock) -> Block:
-        last = request.first + request.reps - 1
-        keep = set(request.keep or []) | {last} if request.keep is not None else set()
-        if request.first == 0:  # a new candidate's first block
-            self.kept.clear()
-        self.kept = {rep: outs for rep, outs in self.kept.items() if rep in keep}  # the previous block's last goes
-
-        def on_rep(rep: int, _least: int, _checkpoint: bool, out) -> None:  # after the rep's timer stopped
-            if rep in keep:
-                self.kept[rep] = trials.snapshot(trials.as_tensors(out))
         with torch.no_grad():
-            return Block(samples=timing.block(self.call, self.device, request.first, request.reps, self.flush, self.fresh,
-                                              on_rep))
+            return Block(samples=timing.block(self.call, self.device, request.first, request.reps, self.flush, self.fresh))
 
 
 class Comparer:
@@ -131,10 +117,8 @@ class Comparer:
         self.expected, self.atol, self.rtol, self.timer = expected, atol, rtol, timer
 
     def _against(self, got: list, got_meta: list[dict], label: str, trial: int) -> Comparison:
-        exp, rep = self.expected, trials.timed_rep(label)
-        kept = self.timer.kept.get(rep) if self.timer and rep is not None else None
-        expected = kept if kept is not None else exp.outputs(label)
-        return judge_outputs(trial, expected, exp.described(label), got, got_meta, self.atol, self.rtol, exp.device)
+        exp = self.expected
+        return judge_outputs(trial, exp.outputs(label), exp.described(label), got, got_meta, self.atol, self.rtol, exp.device)
 
     def compare(self, request: Compare) -> Compared:
         """One handed-over call: its comparison with the expected label, and on a mismatch the other label it

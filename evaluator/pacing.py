@@ -25,7 +25,7 @@ from evaluator.timing import paired_ratio, tight
 MIN_PAIRS = 6  # pairs before the ratio's interval may stop the rounds: the fewest whose extremes are a 95 % interval
 MAX_ROUND = 10  # reps of one round (timing._ROUND): a pace asking for more was not written by the harness
 
-TimeBlock = Callable[[int, int, int], "list[float] | str"]  # (first rep, reps, least) -> the reference's samples, or why not
+TimeBlock = Callable[[int, int], "list[float] | str"]  # (first rep, reps) -> the reference's samples, or why not
 
 
 @dataclass
@@ -54,7 +54,7 @@ class Pacer:
         self.time_block, self.rel_ci, self.max_reps, self.on = time_block, rel_ci, max_reps, on
         self.hold = contextlib.nullcontext  # what keeps the candidate still while the reference runs (Child.paused)
         self.paired = Paired()
-        self._owed: tuple[int, int, int] | None = None  # a candidate round whose reference block comes after it
+        self._owed: tuple[int, int] | None = None  # a candidate round whose reference block comes after it
         self._coin = random.SystemRandom()
 
     def __call__(self, message: dict) -> Go:
@@ -81,18 +81,18 @@ class Pacer:
         go = pace.reps > 0 and (pace.which < pace.least or not self._settled())
         if go and not self.paired.failed:
             if self._coin.random() < 0.5:
-                self._time(pace.which, pace.reps, pace.least)
+                self._time(pace.which, pace.reps)
             else:
-                self._owed = (pace.which, pace.reps, pace.least)
+                self._owed = (pace.which, pace.reps)
         return Go(go=go)
 
     def _refuse(self, why: str) -> Go:
         self.paired.forged = self.paired.forged or why
         return Go(go=False)
 
-    def _time(self, first: int, reps: int, least: int) -> None:
+    def _time(self, first: int, reps: int) -> None:
         with self.hold():
-            samples = self.time_block(first, reps, least)
+            samples = self.time_block(first, reps)
         if isinstance(samples, str):
             self.paired.failed = self.paired.failed or samples
         else:

@@ -152,9 +152,6 @@ class TimeBlock(_Line):
     op: Literal["time"] = "time"
     first: int = Field(ge=0)
     reps: int = Field(gt=0)
-    # the secret reps whose outputs the comparer keeps, with the block's last (trials.checked_reps), to judge the
-    # candidate's snapshots of them without running the reference again; None: keep none (outputs too big)
-    keep: list[int] | None = None
 
 
 class Compare(_Line):

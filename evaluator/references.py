@@ -15,7 +15,6 @@ from typing import Callable
 
 from pydantic import BaseModel
 
-from evaluator import trials
 from evaluator.batch import Batch
 from evaluator.hardware import device_memory
 from evaluator.judge import Reference, ended_badly, timings
@@ -27,7 +26,6 @@ from reference_problems import Problem
 _RESIDENT_SHARE = 0.15  # of device memory: expected outputs one problem keeps resident (the rest are recomputed)
 _OPEN_SHARE = 0.35  # of device memory: every open problem's comparer together
 _OPEN_PER_DEVICE = 4  # processes too: each CUDA process costs ~1 GB of host memory, whatever it holds
-_KEEP_SHARE = 0.05  # of device memory: the copies of timed outputs a comparer keeps (Timer.kept), above its footprint
 _SPARES_PER_DEVICE = 2  # reference children started ahead of their problem's turn: no device memory until asked
 
 
@@ -70,7 +68,6 @@ class ReferenceServer:
         self.gpu: str | None = None
         self.reference: Reference | None = None
         self.failure = ""
-        self.keeps = False  # whether its comparer keeps copies of timed outputs (time_block)
         self._lock = threading.Lock()
 
     def prestart(self) -> None:
@@ -91,8 +88,7 @@ class ReferenceServer:
 
     def _run(self, take: Callable[[], str | None]) -> None:
         batch = self.batch
-        memory = device_memory(batch.settings.device)
-        budget = int(_RESIDENT_SHARE * memory)
+        budget = int(_RESIDENT_SHARE * device_memory(batch.settings.device))
         request = batch.request("reference", self.problem, self.workdir / "out", resident_bytes=budget, audit=self.audit)
         self.child.begin(request, gate=lambda: self._pin(take()))
         ready = self.child.wait_for("ready")
@@ -108,9 +104,6 @@ class ReferenceServer:
                                    footprint=int(ready.get("footprint", 0)), audit=ready.get("audit") or [],
                                    run_s=ready["_t"] - result.started,
                                    stage_s=result.stage_seconds(until=ready["_t"]))
-        # the secret reps' copies and a block's last at once, beside the candidate's own snapshots
-        io_bytes = report.get("timing", {}).get("io_bytes", 0)
-        self.keeps = 0 < (trials.CHECKED_REPS + 2) * io_bytes <= _KEEP_SHARE * memory
 
     def _pin(self, gpu: str | None) -> str | None:
         self.gpu = gpu
@@ -136,12 +129,9 @@ class ReferenceServer:
         answer = self._ask(line, "compared", "comparing a candidate's outputs")
         return answer if isinstance(answer, dict) else {"error": answer, "comparer_died": True}
 
-    def time_block(self, first: int, reps: int, least: int) -> list[float] | str:
-        """The reference timed on timed reps first.. (beside a candidate's round): its samples, or why not. The
-        comparer keeps its outputs of the reps whose outputs the candidate hands over (trials.checked_reps of the
-        `least` reps sure to run) where a few copies fit (_KEEP_SHARE), so that it need not run them again."""
-        keep = sorted(trials.checked_reps(self.batch.probe_fraction, least)) if self.keeps else None
-        answer = self._ask(TimeBlock(first=first, reps=reps, keep=keep), "block", "timing the reference beside a candidate")
+    def time_block(self, first: int, reps: int) -> list[float] | str:
+        """The reference timed on timed reps first.. (beside a candidate's round): its samples, or why not."""
+        answer = self._ask(TimeBlock(first=first, reps=reps), "block", "timing the reference beside a candidate")
         return answer if isinstance(answer, str) else answer.get("error") or answer["samples"]
 
     def close(self) -> None:

@@ -256,14 +256,6 @@ def refill(inputs: list, problem: ModuleType, seed: int, device: str, held: int)
 
 
 TIMED = "timed_"  # label prefix of a timed call's outputs: "timed_<rep>"
-CHECKED_REPS = 3  # timed reps at secret positions whose outputs are checked, besides the last one
-
-
-def checked_reps(fraction: float, least: int, checked: int = CHECKED_REPS) -> set[int]:
-    """The secret timed reps whose outputs are checked: `checked` of the `least` reps sure to run, spread from
-    the batch's secret fraction. The candidate's keeper snapshots them; the comparer keeps its own outputs of
-    them from the reference's blocks, so that judging them needs no second run of the reference."""
-    return {int((fraction + k / checked) % 1 * least) for k in range(checked)}
 
 
 def rep_seed(seed: int, rep: int) -> int:

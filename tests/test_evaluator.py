@@ -73,8 +73,8 @@ def test_evidence_says_where_the_time_went(verdicts):
                             "correctness", "leak", "timing", "timed", "probe", "judge", "of_which_comparer",
                             "of_which_comparer_work", "of_which_comparer_recompute", "of_which_reference_blocks"]
     assert 0 < stages["of_which_comparer"] < stages["correctness"] + stages["probe"]
-    # the comparer's own work is within the round trips; the timed calls' expected outputs came from its blocks
-    assert stages["of_which_comparer_recompute"] == 0 < stages["of_which_comparer_work"] < stages["of_which_comparer"]
+    # the comparer's own work is within the round trips; the timed calls' expected outputs were recomputed
+    assert 0 < stages["of_which_comparer_recompute"] < stages["of_which_comparer_work"] < stages["of_which_comparer"]
     assert 0 < stages["of_which_reference_blocks"] < stages["timed"]
     assert sum(stages[k] for k in reference) == pytest.approx(stages["reference_run"], abs=0.01)
     timed = verdicts["cpu_fused_o3"].candidate

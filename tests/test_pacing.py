@@ -31,7 +31,7 @@ ADVERSARIAL = Path(__file__).parent / "adversarial" / "scale_bias_hardswish"
 def _paced(log: list[tuple], rel_ci: float | None = None, min_reps: int = 400):
     """A real timing.bench whose pace hook goes through a Pacer (as the relay does), with a fake reference that
     logs its blocks; the candidate's calls log themselves."""
-    def time_block(first: int, reps: int, least: int) -> list[float]:
+    def time_block(first: int, reps: int) -> list[float]:
         log.append(("R", first))
         return [1.0] * reps
 
@@ -77,13 +77,13 @@ def test_the_parent_stops_the_rounds_once_the_ratio_is_known():
 ])
 def test_a_pace_the_harness_would_not_send_is_refused_and_named(message, why):
     asked = []
-    pacer = Pacer(lambda first, reps, least: asked.append(reps) or [1.0], 0.01, 1000)
+    pacer = Pacer(lambda first, reps: asked.append(reps) or [1.0], 0.01, 1000)
     assert pacer(message).go is False and asked == []
     assert why in pacer.paired.forged
 
 
 def test_samples_that_are_not_the_paced_rounds_are_forged(tmp_path):
-    pacer = Pacer(lambda first, reps, least: [1.0] * reps, None, 1000)
+    pacer = Pacer(lambda first, reps: [1.0] * reps, None, 1000)
     pacer({"event": "pace", "which": 0, "reps": 2, "last_round": [], "least": 2})
     pacer({"event": "pace", "which": 2, "reps": 0, "last_round": [0.5, 0.5], "least": 2})
     assert pacer.paired.usable([0.5, 0.5]) and pacer.paired.ratio()[0] == 2.0
@@ -150,7 +150,7 @@ def test_the_wall_clock_check_does_not_count_the_loops_wait_for_the_reference(tm
     that wait is the parent's, not time the candidate's samples left out."""
     messages = [{"event": "stage", "stage": "timed", "_t": 0.0},
                 {"event": "timing", "which": "model", "samples": [1.0] * 100, "fill_s": 0.0, "_t": 1.2}]
-    paired = Pacer(lambda first, reps, least: [10.0] * reps, None, 1000).paired
+    paired = Pacer(lambda first, reps: [10.0] * reps, None, 1000).paired
     paired.candidate, paired.reference, paired.paused_s = [[1.0] * 10] * 10, [[10.0] * 10] * 10, 1.05
     ref = Reference(meta={}, trials={"timing": {"io_bytes": 2**20, "max_input_numel": 2**18}})
     case = _Case(ChildResult(messages=messages, log_path=tmp_path / "log"), ref, resolve_problem("relu").meta,
@@ -237,7 +237,7 @@ def test_a_jailed_candidate_left_spinning_is_held_and_cannot_look_faster(cpu_set
 
 
 def test_a_batch_timed_apart_refuses_every_pace():
-    pacer = Pacer(lambda first, reps, least: [1.0] * reps, None, 1000, on=False)
+    pacer = Pacer(lambda first, reps: [1.0] * reps, None, 1000, on=False)
     assert pacer({"event": "pace", "which": 0, "reps": 2, "last_round": [], "least": 2}).go is False
     assert "times reference and candidate apart" in pacer.paired.forged and pacer.paired.reference == []
 
