@@ -6,6 +6,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -119,6 +120,29 @@ def _ignore(*_args) -> None:
     return None
 
 
+def _largest_cpu_cache() -> int:
+    """Bytes of this CPU's largest cache (sysfs: "32768K"), 32 MiB where none is listed."""
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip().upper()
+        unit = {"K": 2**10, "M": 2**20}.get(text[-1:], 1)
+        digits = text.rstrip("KM")
+        if digits.isdigit():
+            sizes.append(int(digits) * unit)
+    return max(sizes, default=32 * 2**20)
+
+
+CPU_FLUSH_BYTES = 2 * _largest_cpu_cache()
+
+
+def cpu_flush_buffer() -> torch.Tensor:
+    """What is written before every timed call on CPU (twice the largest cache), so that every call starts from
+    the same cold caches whatever ran before it. Without it, two processes taking turns on one core with the
+    same code timed 0.92-1.16x each other, each pair steady; with it, 0.97-1.02x (stop 27): a CPU call's time
+    depended on which of the pair's data the caches still held."""
+    return torch.zeros(CPU_FLUSH_BYTES // 4)
+
+
 def flush_buffer(device: str, flush_l2: bool = True) -> torch.Tensor | None:
     """What is zeroed before every timed call on CUDA to evict L2 (None on CPU)."""
     return torch.empty(_L2_FLUSH_BYTES if flush_l2 else 0, dtype=torch.int8, device="cuda") if device == "cuda" else None
@@ -226,7 +250,9 @@ def method_name(device: str) -> str:
 
 
 def flush_policy(device: str) -> str:
-    return f"{_L2_FLUSH_BYTES // 2**20} MiB zeroed before every timed call" if device == "cuda" else "none (CPU)"
+    if device == "cuda":
+        return f"{_L2_FLUSH_BYTES // 2**20} MiB zeroed before every timed call"
+    return f"{CPU_FLUSH_BYTES // 2**20} MiB written before every timed call (twice the largest CPU cache)"
 
 
 def ratio_interval(reference: TimingStats, candidate: TimingStats) -> list[float] | None:
@@ -250,6 +276,7 @@ def implausible(samples: list[float], loop_wall_s: float, device: str, fill_s: f
     if total > loop_wall_s * 1.05 + _WALL_SLACK_S:
         return f"the timed calls report {total:.3f} s in total, but the whole timed loop took {loop_wall_s:.3f} s of wall-clock"
     if device == "cpu" and loop_wall_s > _CPU_MIN_WALL_S and total + fill_s < _CPU_MIN_SHARE * loop_wall_s - _WALL_SLACK_S:
-        return (f"the timed calls report {total:.3f} s in total and their fills {fill_s:.3f} s, but the timed loop took "
+        return (f"the timed calls report {total:.3f} s in total and their fills and cache flushes {fill_s:.3f} s, but the "
+                f"timed loop took "
                 f"{loop_wall_s:.3f} s of wall-clock")
     return ""

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from evaluator import ipc
+from evaluator import ipc, timing
 from evaluator.guard import trusted
 
 _T = torch._C.TensorBase
@@ -274,17 +274,22 @@ class FreshInputs:
     """The fresh-input policy of timing (the `fresh` hook of timing.bench): before every call, outside the timed
     window, the values of that call's own seed are written into the same input tensors, so a result cached on
     identity, data_ptr or a few sampled values misses, and any timed call can be checked by its label. Off
-    (the inputs keep the timing seed's values) for a problem whose inputs do not fit one another across seeds."""
+    (the inputs keep the timing seed's values) for a problem whose inputs do not fit one another across seeds.
+    On CPU the caches are flushed before each fill (timing.cpu_flush_buffer), inside the same accounted time."""
 
     def __init__(self, inputs: list, problem: ModuleType, seed: int, device: str):
         self.inputs, self.problem, self.seed, self.device = inputs, problem, seed, device
         self.filled: int | None = None  # the rep whose values the inputs hold; None: the timing seed's own
         self.on = True
-        self.timed_fill_s = 0.0  # spent filling before timed reps: the parent's check of the loop's wall-clock
+        self.timed_fill_s = 0.0  # spent filling (and flushing) before timed reps: the parent's check of the loop's wall
         self.made = fingerprint(inputs)  # what the timing seed wrote: checked against without making them again
+        self._scrub = timing.cpu_flush_buffer() if device == "cpu" else None  # the CUDA flush is in timing's loop
 
     def __call__(self, rep: int) -> None:
         start = time.perf_counter()
+        if self._scrub is not None and rep >= 0:  # the caches emptied first, then the new inputs written
+            with trusted():
+                _T.add_(self._scrub, 1)
         self.on = self.on and refill(self.inputs, self.problem, rep_seed(self.seed, rep), self.device, self.held())
         if self.on:
             self.filled = rep
