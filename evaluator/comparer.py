@@ -58,7 +58,7 @@ class Expected:
         them anyway): a second set of a 16 GB input ran the comparer out of memory beside its candidate (stop 22)."""
         rep = trials.timed_rep(label)
         if rep is not None and self.timed is not None and self.timed.on:
-            self.timed(rep)
+            self.timed.fill(rep)
             if self.timed.on:
                 return self.timed.inputs
         seed = self.seeds[label] if rep is None else trials.rep_seed(self.seeds["timing"], rep)

@@ -276,7 +276,6 @@ def implausible(samples: list[float], loop_wall_s: float, device: str, fill_s: f
     if total > loop_wall_s * 1.05 + _WALL_SLACK_S:
         return f"the timed calls report {total:.3f} s in total, but the whole timed loop took {loop_wall_s:.3f} s of wall-clock"
     if device == "cpu" and loop_wall_s > _CPU_MIN_WALL_S and total + fill_s < _CPU_MIN_SHARE * loop_wall_s - _WALL_SLACK_S:
-        return (f"the timed calls report {total:.3f} s in total and their fills and cache flushes {fill_s:.3f} s, but the "
-                f"timed loop took "
-                f"{loop_wall_s:.3f} s of wall-clock")
+        return (f"the timed calls report {total:.3f} s in total and their fills and cache flushes {fill_s:.3f} s, "
+                f"but the timed loop took {loop_wall_s:.3f} s of wall-clock")
     return ""

@@ -286,15 +286,22 @@ class FreshInputs:
         self._scrub = timing.cpu_flush_buffer() if device == "cpu" else None  # the CUDA flush is in timing's loop
 
     def __call__(self, rep: int) -> None:
+        """The timing loop's hook: on CPU the caches emptied first, then rep's values written; a timed rep's
+        seconds counted."""
         start = time.perf_counter()
-        if self._scrub is not None and rep >= 0:  # the caches emptied first, then the new inputs written
+        if self._scrub is not None and rep >= 0:
             with trusted():
                 _T.add_(self._scrub, 1)
+        self.fill(rep)
+        if rep >= 0:
+            self.timed_fill_s += time.perf_counter() - start
+
+    def fill(self, rep: int) -> None:
+        """Rep's values written into the inputs, and nothing else: what the comparer does to recompute a timed
+        call's expected outputs (no cache to empty there, no time to account)."""
         self.on = self.on and refill(self.inputs, self.problem, rep_seed(self.seed, rep), self.device, self.held())
         if self.on:
             self.filled = rep
-        if rep >= 0:
-            self.timed_fill_s += time.perf_counter() - start
 
     def label(self) -> str:
         """What the inputs hold now, as the comparer names its expected outputs."""
