@@ -2,12 +2,14 @@
 
 Usage: python benchmarks/kernelbench_throughput.py KERNELBENCH_DIR [--level 1] [--ids 1-6,19] [--modes cold,warm]
        [--jobs N] [--device cuda] [--out FILE.json]
+       (a mode may name how many of the visible GPUs it uses: cold,warm:1,warm:2; by default all of them)
 
 Each candidate is the problem's own source with `ModelNew(Model)` whose forward copies every output through a real
 CUDA (or C++ on CPU) kernel built with load_inline: a plausible candidate that goes through every stage (compile,
 correctness, leak, timing, probe). Verdicts do not matter here; cost does. `cold` uses an empty build cache, `warm`
 the same batch again. Reported per mode: wall seconds, candidates/hour/GPU, statuses, median seconds per stage,
-GPU idle fraction and peak GPU memory (nvidia-smi every 0.5 s), peak host memory used (MemTotal - MemAvailable,
+each GPU's busy fraction and the batch's idle fraction (samples where any of its GPUs was idle: nvidia-smi every
+0.5 s), peak GPU memory, how many candidates each GPU ran, peak host memory used (MemTotal - MemAvailable,
 which counts tmpfs and shared memory) above the baseline, and the peak summed RSS of kforge's processes.
 Progress (one line per verdict) goes to stderr.
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evaluator import CandidateJob, EvalSettings, evaluate  # noqa: E402
+from evaluator.hardware import visible_gpus  # noqa: E402
 from reference_problems.registry import load_problem_file  # noqa: E402
 
 _CUDA = '''
@@ -121,11 +124,11 @@ def write_candidates(kernelbench: Path, level: int, ids: set[int] | None, out: P
 class Sampler:
     """Host memory used (above the start), kforge's summed RSS, and GPU memory/utilisation, every 0.5 s."""
 
-    def __init__(self, device: str):
-        self.device, self.stop = device, threading.Event()
+    def __init__(self, device: str, gpus: list[str]):
+        self.device, self.gpus, self.stop = device, gpus, threading.Event()
         self.base = self._used()
         self.host_peak = self.rss_peak = self.gpu_mem_peak = 0
-        self.gpu_samples: list[int] = []
+        self.gpu_samples: list[dict[str, int]] = []  # per sample: utilisation of each GPU of the batch
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
@@ -156,11 +159,12 @@ class Sampler:
     def _gpu(self) -> None:
         if self.device != "cuda":
             return
-        line = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,utilization.gpu", "--format=csv,noheader,nounits", "-i", "0"],
-                              capture_output=True, text=True).stdout.strip().split(",")
-        if len(line) == 2:
-            self.gpu_mem_peak = max(self.gpu_mem_peak, int(line[0]) * 2**20)
-            self.gpu_samples.append(int(line[1]))
+        lines = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,utilization.gpu", "--format=csv,noheader,nounits",
+                                "-i", ",".join(self.gpus)], capture_output=True, text=True).stdout.strip().splitlines()
+        rows = [line.split(",") for line in lines]
+        if len(rows) == len(self.gpus) and all(len(row) == 2 for row in rows):
+            self.gpu_mem_peak = max([self.gpu_mem_peak] + [int(row[0]) * 2**20 for row in rows])
+            self.gpu_samples.append({gpu: int(row[1]) for gpu, row in zip(self.gpus, rows)})
 
     def _run(self) -> None:
         while not self.stop.wait(0.5):
@@ -177,15 +181,22 @@ class Sampler:
         self.thread.join()
 
     def report(self) -> dict:
-        idle = sum(u == 0 for u in self.gpu_samples) / len(self.gpu_samples) if self.gpu_samples else None
+        n = len(self.gpu_samples)
+        idle = sum(0 in sample.values() for sample in self.gpu_samples) / n if n else None
+        busy = {gpu: round(sum(sample[gpu] > 0 for sample in self.gpu_samples) / n, 3) for gpu in self.gpus} if n else None
         return {"host_used_peak_gb": round(self.host_peak / 1e9, 2), "kforge_rss_peak_gb": round(self.rss_peak / 1e9, 2),
-                "gpu_memory_peak_gb": round(self.gpu_mem_peak / 1e9, 2) if self.gpu_samples else None,
-                "gpu_idle_fraction": None if idle is None else round(idle, 3)}
+                "gpu_memory_peak_gb": round(self.gpu_mem_peak / 1e9, 2) if n else None,
+                "gpu_idle_fraction": None if idle is None else round(idle, 3), "gpu_busy_fraction": busy}
 
 
 def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings) -> dict:
+    """One pass; `mode` is cold or warm, with `:N` to use the first N visible GPUs (default all)."""
+    mode, _, count = mode.partition(":")
+    gpus = visible_gpus() if settings.device == "cuda" else []
+    settings = settings.model_copy(update={"gpus": gpus[:int(count)] if count else None})
+    used = settings.gpus or gpus
     start, verdicts = time.perf_counter(), []
-    with Sampler(settings.device) as sampler:
+    with Sampler(settings.device, used) as sampler:
         for v in evaluate(jobs, settings):
             verdicts.append(v)
             print(json.dumps({"mode": mode, "n": len(verdicts), "at_s": round(time.perf_counter() - start, 1),
@@ -196,10 +207,10 @@ def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings) -> dic
     for v in verdicts:
         for stage, seconds in v.evidence.stage_s.items():
             stages.setdefault(stage, []).append(seconds)
-    gpus = len(settings.gpus or [0]) if settings.device == "cuda" else 1
-    return {"mode": mode, "candidates": len(verdicts), "wall_s": round(wall, 1),
-            "candidates_per_hour_per_gpu": round(len(verdicts) / wall * 3600 / gpus, 1),
+    return {"mode": mode, "gpus": len(used) or None, "candidates": len(verdicts), "wall_s": round(wall, 1),
+            "candidates_per_hour_per_gpu": round(len(verdicts) / wall * 3600 / max(len(used), 1), 1),
             "statuses": dict(Counter(v.status.value for v in verdicts)),
+            "candidates_per_gpu": dict(Counter(str(v.evidence.gpu) for v in verdicts)),
             "median_stage_s": {k: round(statistics.median(x), 3) for k, x in stages.items()},
             **sampler.report(),
             "failed": {v.problem: v.evidence.cause[:200] for v in verdicts if v.status.value in ("reference_error", "runtime_error", "timeout", "compile_error")}}

@@ -48,10 +48,9 @@ class Batch:
         # (timing cores, the others) where the device is the CPU; a GPU's children run where the scheduler puts them
         self.cores = cpu_cores(settings.cpu_threads, os.sched_getaffinity(0)) if settings.device == "cpu" else (None, None)
         self._check_sandbox()
-        # a one-GPU batch's children make their CUDA context before they hold the device (child._warm_cuda), which
-        # a running candidate's leak check would count unless it reads that candidate's own processes
-        one_gpu = len(self.gpus) == 1 and settings.device == "cuda"
-        self._warm = {WARM_GPU: self.gpus[0]} if one_gpu and not gpumemory.unavailable() else None
+        # children make their CUDA context on their problem's GPU before they hold it (child._warm_cuda), which a
+        # running candidate's leak check would count unless it reads that candidate's own processes
+        self._warms = settings.device == "cuda" and not gpumemory.unavailable()
         self.stop = threading.Event()  # set when the batch ends early: running children are stopped
         self._free = set(self.gpus)
         self._freed = threading.Condition()
@@ -117,19 +116,21 @@ class Batch:
         )
 
     def spawn(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
-              on_message: Callable[[dict], dict | None] | None = None, publish: bool = False) -> Child:
+              on_message: Callable[[dict], dict | None] | None = None, publish: bool = False,
+              gpu: str | None = None) -> Child:
         """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request. On
         CPU a compile child (`publish`) runs off the timing cores, any other on them (it is spawned once the CPU
         is held, and its reference is timed beside it there). A child timed on CPU is its own interpreter, not
         forked: children forked from one server share its address-space layout, and an identical candidate then
         timed 0.76-1.02x its reference, every time below 1 (cpu_pairing.py, stop 26); exec'd, 0.94-1.21x around
-        1, each process placed at random. On a batch's only GPU a child that will run on it makes its CUDA context
-        while it waits (child._warm_cuda), where the leak check reads each candidate's own device memory."""
+        1, each process placed at random. A child that will run on `gpu` (its problem's) makes its CUDA context
+        there while it waits (child._warm_cuda), where the leak check reads each candidate's own device memory."""
         cpu = self.settings.device == "cpu"
         timed_on_cpu = cpu and not publish
+        warm = {WARM_GPU: gpu} if self._warms and gpu is not None and not publish else None
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
                      jail=self.jail(workdir, build_dir, problem, candidate, publish),
-                     env=CPU_CHILD_ENV if timed_on_cpu else self._warm if not publish else None,
+                     env=CPU_CHILD_ENV if timed_on_cpu else warm,
                      cores=self.cores[1 if publish else 0], fork=not timed_on_cpu)
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,

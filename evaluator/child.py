@@ -257,8 +257,8 @@ def _run_reference(chan: Channel, req: ReferenceRequest, model, problem, request
 
 def _pin(gpu: str | None) -> None:
     """The device comes with the request (the child may have started before one was free), unless the child was
-    started for the batch's only GPU (_warm_cuda). CUDA reads the variable when it initialises, which nothing
-    else in this process may have done."""
+    started for its problem's GPU (_warm_cuda), which must be the one given. CUDA reads the variable when it
+    initialises, which nothing else in this process may have done."""
     if gpu is None:
         return
     warmed = os.environ.get(WARM_GPU)
@@ -271,7 +271,7 @@ def _pin(gpu: str | None) -> None:
 
 
 def _warm_cuda() -> None:
-    """A child started for the batch's only GPU (evaluator/batch.py sets WARM_GPU) initialises CUDA and makes its
+    """A child started for its problem's GPU (evaluator/batch.py sets WARM_GPU) initialises CUDA and makes its
     context before it says `loaded`, while another child holds the GPU: ~0.3 s on the H100
     (benchmarks/cuda_start_cost.py), paid ten times by the seeds and repairs while holding it. No kernel runs.
     Its context grows the device's used memory inside the running candidate's leak windows, which is why this

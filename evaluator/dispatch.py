@@ -18,8 +18,9 @@ class Dispatcher:
     problems first, and a new problem only when OpenProblems has room for its comparer. On CUDA it also asks
     for spare reference children: the problems of compiled candidates, then of those still compiling.
 
-    In flight per device on CUDA: IN_FLIGHT. Children are forked from the fork server (ready in ~0.05 s), and on a
-    one-GPU batch make their CUDA context (~0.3 s) before they say `loaded`, while another holds the device; a
+    In flight per device on CUDA: IN_FLIGHT, counted on the GPU its problem is placed on (OpenProblems.gpu_of).
+    Children are forked from the fork server (ready in ~0.05 s), and make their CUDA context on their problem's
+    GPU (~0.3 s) before they say `loaded`, while another holds the device; a
     warm level-1 candidate and its reference keep it busy ~3 s. So one candidate waiting at the gate beside the
     one running is enough, and a second covers a candidate whose child dies at once; AHEAD starts the next
     candidate's child before its admission. Each waiting child holds a CUDA context (~0.5 GB of the GPU), which
@@ -34,21 +35,31 @@ class Dispatcher:
         self.ready: list[tuple[Any, Any]] = []  # (prepared candidate, its compile's result)
         self.compiling: list[Any] = []  # prepared candidates still compiling, in the batch's order
         self.running: set[Future] = set()
+        self.on: dict[Future, str | None] = {}  # a running candidate's GPU
         self.ahead: dict[int, Any] = {}  # id(prepared candidate) -> its child, loading before admission
+
+    def _full(self, gpu: str | None, depth: int) -> bool:
+        return sum(self.on[future] == gpu for future in self.running) >= depth
 
     def admit(self) -> set[Future]:
         self.ready.sort(key=lambda item: item[0].job.problem.sha256 not in self.problems.servers)
         cuda = self.batch.settings.device == "cuda"
         depth = IN_FLIGHT if cuda else 2
+        self.on = {future: gpu for future, gpu in self.on.items() if future in self.running}
         for item in list(self.ready):
             problem = item[0].job.problem
-            if len(self.running) >= depth * len(self.batch.gpus) or not self.problems.admissible(problem):
+            if problem.sha256 not in self.problems.placed and all(self._full(g, depth) for g in self.batch.gpus):
+                continue  # placed only where it can run now
+            gpu = self.problems.gpu_of(problem)
+            if self._full(gpu, depth) or not self.problems.admissible(problem):
                 continue
             self.ready.remove(item)
             server = self.problems.server(problem)
             if cuda:
                 server.prestart()
-            self.running.add(self.runners.submit(self.judge_one, *item, self.ahead.pop(id(item[0]), None)))
+            future = self.runners.submit(self.judge_one, *item, self.ahead.pop(id(item[0]), None))
+            self.running.add(future)
+            self.on[future] = gpu
         if cuda:
             self.problems.spare([prep.job.problem for prep, _ in self.ready] + [p.job.problem for p in self.compiling])
             self._load_ahead()

@@ -15,8 +15,9 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 
-# The GPU a child is started for, in its environment, where the batch has one GPU and so knows it before the
-# child gets it: the child makes its CUDA context while it waits (evaluator/child.py, _warm_cuda).
+# The GPU a child is started for, in its environment: its problem's, known before the child gets it
+# (evaluator.references.OpenProblems places each problem): the child makes its CUDA context while it waits
+# (evaluator/child.py, _warm_cuda).
 WARM_GPU = "KFORGE_WARM_GPU"
 
 

@@ -51,21 +51,22 @@ def _workdir(batch: Batch, problem: Problem) -> Path:
     return batch.root / "ref" / problem.sha256[:16]
 
 
-def _spawn(batch: Batch, problem: Problem) -> Child:
+def _spawn(batch: Batch, problem: Problem, gpu: str | None) -> Child:
     workdir = _workdir(batch, problem)
-    return batch.spawn(workdir, workdir / "build", problem)
+    return batch.spawn(workdir, workdir / "build", problem, gpu=gpu)
 
 
 class ReferenceServer:
     """One problem's reference child. `prestart` spawns it early on CUDA (its interpreter and torch load while
-    the device is busy); `ready` runs it on a device the gate gives, and returns its Reference or raises
-    ReferenceFailed."""
+    the device is busy); `ready` runs it on the problem's GPU (`gpu`, where OpenProblems placed it; None: the
+    one the gate gives), and returns its Reference or raises ReferenceFailed."""
 
-    def __init__(self, batch: Batch, problem: Problem, audit: bool = False, child: Child | None = None):
+    def __init__(self, batch: Batch, problem: Problem, audit: bool = False, child: Child | None = None,
+                 gpu: str | None = None):
         self.batch, self.problem, self.audit = batch, problem, audit
         self.workdir = _workdir(batch, problem)
         self.child = child  # a spare started before the problem opened (OpenProblems.spare)
-        self.gpu: str | None = None
+        self.gpu = gpu
         self.reference: Reference | None = None
         self.failure = ""
         self._lock = threading.Lock()
@@ -75,9 +76,9 @@ class ReferenceServer:
         start would slow the run being timed)."""
         with self._lock:
             if self.child is None:
-                self.child = _spawn(self.batch, self.problem)
+                self.child = _spawn(self.batch, self.problem, self.gpu)
 
-    def ready(self, take: Callable[[], str | None]) -> Reference:
+    def ready(self, take: Callable[[str | None], str | None]) -> Reference:
         self.prestart()
         with self._lock:
             if self.reference is None and not self.failure:
@@ -86,11 +87,11 @@ class ReferenceServer:
                 raise ReferenceFailed(self.failure)
             return self.reference
 
-    def _run(self, take: Callable[[], str | None]) -> None:
+    def _run(self, take: Callable[[str | None], str | None]) -> None:
         batch = self.batch
         budget = int(_RESIDENT_SHARE * device_memory(batch.settings.device))
         request = batch.request("reference", self.problem, self.workdir / "out", resident_bytes=budget, audit=self.audit)
-        self.child.begin(request, gate=lambda: self._pin(take()))
+        self.child.begin(request, gate=lambda: self._pin(take(self.gpu)))
         ready = self.child.wait_for("ready")
         if ready is None:
             self.close()
@@ -143,26 +144,46 @@ class ReferenceServer:
 
 
 class OpenProblems:
-    """Which problems have a reference server, and how many of each problem's candidates are still to be judged.
-    A new problem is admitted while the open ones' device memory plus what the new one is expected to hold stays
-    within _OPEN_SHARE of the device, and fewer than _OPEN_PER_DEVICE are open per device; the first is always
-    admitted. `sizes`: the bytes one call of a problem moves, where known (evaluator.costs)."""
+    """Which problems have a reference server, on which GPU, and how many of each problem's candidates are still
+    to be judged. A problem is placed on one GPU when its first child is about to start (a spare reference, a
+    candidate loaded ahead, its admission): the GPU with the fewest candidates still to be judged among the
+    problems placed there. Its reference, its comparer and all its candidates then run on that GPU, so its
+    outputs never cross devices, and its children make their CUDA context there before they hold it
+    (child._warm_cuda). A new problem is admitted on its GPU while the problems open there hold, with what the
+    new one is expected to hold, within _OPEN_SHARE of that device, and fewer than _OPEN_PER_DEVICE are open
+    there; the first on a device is always admitted. `sizes`: the bytes one call of a problem moves, where
+    known (evaluator.costs)."""
 
     def __init__(self, batch: Batch, problems: list[Problem], sizes: Callable[[Problem], int | None] | None = None):
         self.batch, self.sizes = batch, sizes or (lambda problem: None)
         self.remaining = Counter(p.sha256 for p in problems)
         self.servers: dict[str, ReferenceServer] = {}
         self.spares: dict[str, Child] = {}
+        self.placed: dict[str, str | None] = {}  # problem -> its GPU, until its last candidate is judged
         self._lock = threading.Lock()
         self._memory = device_memory(batch.settings.device)
 
+    def gpu_of(self, problem: Problem) -> str | None:
+        """The problem's GPU (None on CPU), placed now if it has none."""
+        with self._lock:
+            return self._place(problem)
+
+    def _place(self, problem: Problem) -> str | None:
+        if problem.sha256 not in self.placed:
+            load = Counter({gpu: 0 for gpu in self.batch.gpus})
+            for sha, gpu in self.placed.items():
+                load[gpu] += self.remaining[sha]
+            self.placed[problem.sha256] = min(self.batch.gpus, key=lambda gpu: load[gpu])  # ties: the first listed
+        return self.placed[problem.sha256]
+
     def admissible(self, problem: Problem) -> bool:
         with self._lock:
-            if problem.sha256 in self.servers or not self.servers:
+            gpu = self._place(problem)
+            there = [s for s in self.servers.values() if s.gpu == gpu]
+            if problem.sha256 in self.servers or not there:
                 return True
-            held = sum(s.reference.footprint if s.reference else self._expected(s.problem) for s in self.servers.values())
-            return (len(self.servers) < _OPEN_PER_DEVICE * len(self.batch.gpus)
-                    and held + self._expected(problem) <= _OPEN_SHARE * self._memory * len(self.batch.gpus))
+            held = sum(s.reference.footprint if s.reference else self._expected(s.problem) for s in there)
+            return len(there) < _OPEN_PER_DEVICE and held + self._expected(problem) <= _OPEN_SHARE * self._memory
 
     def _expected(self, problem: Problem) -> int:
         """What a problem's comparer will hold before its reference ran: its resident budget, plus one call's
@@ -172,11 +193,11 @@ class OpenProblems:
         open then was not recorded)."""
         return int(_RESIDENT_SHARE * self._memory) + (self.sizes(problem) or 0)
 
-    def held(self) -> str:
-        """The open problems and the device memory each comparer holds (or is expected to, before its reference
-        ran), in words: the evidence of a candidate that ran out of GPU memory beside them."""
+    def held(self, gpu: str | None = None) -> str:
+        """The problems open on `gpu` and the device memory each comparer holds (or is expected to, before its
+        reference ran), in words: the evidence of a candidate that ran out of GPU memory beside them."""
         with self._lock:
-            servers = list(self.servers.values())
+            servers = [s for s in self.servers.values() if s.gpu == gpu]
         held = [f"{s.problem.name} {s.reference.footprint / 1e9:.1f} GB" if s.reference else
                 f"{s.problem.name} {self._expected(s.problem) / 1e9:.1f} GB expected" for s in servers]
         return "; ".join(held) or "none"
@@ -185,7 +206,8 @@ class OpenProblems:
         """The problem's server, made now if it has none (call only once admissible); its child starts later."""
         with self._lock:
             if problem.sha256 not in self.servers:
-                self.servers[problem.sha256] = ReferenceServer(self.batch, problem, child=self.spares.pop(problem.sha256, None))
+                self.servers[problem.sha256] = ReferenceServer(self.batch, problem, child=self.spares.pop(problem.sha256, None),
+                                                               gpu=self._place(problem))
             return self.servers[problem.sha256]
 
     def spare(self, waiting: list[Problem]) -> None:
@@ -200,7 +222,8 @@ class OpenProblems:
                     return
                 if problem.sha256 in self.servers or problem.sha256 in self.spares:
                     continue
-            child = _spawn(self.batch, problem)  # outside the lock: runners judging meanwhile need it
+                gpu = self._place(problem)
+            child = _spawn(self.batch, problem, gpu)  # outside the lock: runners judging meanwhile need it
             with self._lock:
                 self.spares[problem.sha256] = child
 
@@ -212,6 +235,8 @@ class OpenProblems:
             done = self.remaining[problem.sha256] <= 0
             server = self.servers.pop(problem.sha256, None) if done else None
             spare = self.spares.pop(problem.sha256, None) if done else None
+            if done:
+                self.placed.pop(problem.sha256, None)
         if server:
             server.close()
         if spare:

@@ -226,9 +226,10 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
     return on_message
 
 
-def _spawn_candidate(batch: Batch, prep: _Prepared) -> Child:
-    """The candidate's child, started (interpreter, jail, torch), not yet told anything."""
-    return batch.spawn(prep.workdir, prep.build_dir, prep.job.problem, prep.candidate)
+def _spawn_candidate(batch: Batch, problems: OpenProblems, prep: _Prepared) -> Child:
+    """The candidate's child, started (interpreter, jail, torch) for its problem's GPU, not yet told anything."""
+    problem = prep.job.problem
+    return batch.spawn(prep.workdir, prep.build_dir, problem, prep.candidate, gpu=problems.gpu_of(problem))
 
 
 def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: _Prepared,
@@ -243,7 +244,7 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
     def run(take: _Hold) -> Verdict | _Ran:
         began.append(True)
         try:
-            return _run_compiled(batch, problems, prep, take, child or _spawn_candidate(batch, prep))
+            return _run_compiled(batch, problems, prep, take, child or _spawn_candidate(batch, problems, prep))
         finally:
             problems.finished_one(prep.job.problem)
 
@@ -299,7 +300,7 @@ def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: _
 
     def gate() -> str | None:
         gpu = take(server.gpu)
-        beside.append(problems.held())
+        beside.append(problems.held(gpu))
         return gpu
 
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=gate)
@@ -380,7 +381,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
             if costs:
                 costs.wait()
         dispatch = Dispatcher(batch, problems, runners, functools.partial(_judge_candidate, batch, problems, costs),
-                              spawn=functools.partial(_spawn_candidate, batch))
+                              spawn=functools.partial(_spawn_candidate, batch, problems))
         dispatch.compiling = list(compiling.values())
         pending = set(compiling) | dispatch.admit()  # on CUDA the first references start beside the compiles
         while pending:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "GPU evidence").
 # Usage: bash scripts/device_check.sh [evaluate|repeat N|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
-#        speed-exec|throughput [LEVEL]|audit [LEVELS]|doctor|pairing|crowd|agent|loads|all]
+#        speed-exec|throughput [LEVEL]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|loads|all]
 # (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,13 +55,17 @@ speed() {  # the seeds and their repairs: kforge cold, warm, and the naive seria
     2> >(tee -a "$OUT/eval_speed${TAG:-}.progress" >&2) | tee "$OUT/eval_speed${TAG:-}.json"
 }
 throughput() {  # KernelBench level N (default 1) in one batch, cold then warm; KB=.kb (a carried copy of ../shared/kernelbench)
-  python3 benchmarks/kernelbench_throughput.py ${KB:-.kb} --level ${1:-1} ${IDS:+--ids $IDS} --jobs ${JOBS:-16} --out "$OUT/throughput.json" \
+  python3 benchmarks/kernelbench_throughput.py ${KB:-.kb} --level ${1:-1} ${IDS:+--ids $IDS} --jobs ${JOBS:-16} \
+    --modes ${MODES:-cold,warm} --out "$OUT/throughput.json" \
     2> >(tee -a "$OUT/throughput.progress" >&2)
 }
 audit() {  # all 250 problems at their own sizes: trivial answers, too fast to time, does not fit
   python3 benchmarks/problem_audit.py ${KB:-.kb} --levels ${1:-1,2,3} --parallel ${PARALLEL:-2} ${ONLY:+--only $ONLY} --out "$OUT/audit.md"
 }
 doctor() { python3 -m kforge doctor | tee "$OUT/doctor.txt"; }
+multigpu() {  # the seeds and their repairs on one GPU and on every GPU, N times each in turn (builds warmed first)
+  python3 benchmarks/multi_gpu.py "$(staged solutions/*/seed_*.py $REPAIRS)" --size full --jobs 14 -n ${1:-3} | tee "$OUT/multi_gpu.json"
+}
 pairing() {  # the repairs timed paired and apart, alternating batches (builds cached by an earlier step)
   python3 benchmarks/gpu_pairing.py "$(staged $REPAIRS)" -n ${1:-2} --build-root "$KFORGE_BUILD_ROOT" | tee "$OUT/pairing.txt"
 }
@@ -83,7 +87,7 @@ case "$cmd" in
   adversarial) adversarial ;; memory) memory ;; speed) speed "$@" ;;
   timeline) timeline "$@" ;;
   speed-exec) KFORGE_FORK_SERVER=0 TAG=_exec speed "$@" ;;  # each child its own interpreter: the fork server's baseline
-  throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;; pairing) pairing "$@" ;; crowd) crowd ;;
+  throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;; multigpu) multigpu "$@" ;; pairing) pairing "$@" ;; crowd) crowd ;;
   agent) agent "$@" ;; loads) loads ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
 esac
