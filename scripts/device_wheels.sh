@@ -11,7 +11,8 @@ NAMES="pydantic pydantic_core pydantic-settings python-dotenv annotated-types ty
  nvidia-ml-py pytest pluggy iniconfig pytest-timeout packaging"
 mkdir -p .whl
 for name in $NAMES; do
-  version=$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")
+  version=$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name" 2>/dev/null) ||
+    { echo "not in the virtualenv, skipped: $name (no longer a dependency of what is there)"; continue; }
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .whl "$name==$version" 2>&1 | grep -v '^WARNING: Location' || true
