@@ -91,4 +91,6 @@ case "$cmd" in
   agent) agent "$@" ;; loads) loads ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
 esac
+rc=$?  # the step's status (a failed GPU test included), not the leaderboard's
 kf leaderboard
+exit $rc

@@ -51,19 +51,23 @@ def test_int32_overflow_poisons_only_its_own_child(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_problems_spread_over_every_visible_gpu_each_on_one(tmp_path):
-    """Two problems, two copies of a correct kernel each: both GPUs run, and each problem's candidates run on
-    the GPU its reference and comparer live on (its outputs never cross devices); each verdict names its GPU."""
+    """Two problems (relu, and a copy of its file: another problem to kforge), two copies of a correct kernel
+    each: both GPUs run, and each problem's candidates run on the GPU its reference and comparer live on (its
+    outputs never cross devices); each verdict names its GPU."""
     from evaluator.hardware import visible_gpus
+    from reference_problems.registry import load_problem_file
 
-    sources = {"relu": CANDIDATES / "relu" / "relu_cuda.py", "avg_pool_1d": ROOT / "solutions/avg_pool_1d/repair_000_header_call.py"}
+    relu = resolve_problem("relu")
+    other = tmp_path / "relu_again.py"
+    other.write_text(relu.path.read_text() + "\n# the same problem, another file\n")
     jobs = []
-    for problem, source in sources.items():
+    for key, problem in (("a", relu), ("b", load_problem_file(other))):
         for i in range(2):
-            copy = tmp_path / f"{problem}_copy_{i}.py"
-            copy.write_text(f"{source.read_text()}\n# copy {i}\n")
-            jobs.append(CandidateJob(path=copy, problem=resolve_problem(problem)))
+            copy = tmp_path / f"{key}_copy_{i}.py"
+            copy.write_text(f"{(CANDIDATES / 'relu' / 'relu_cuda.py').read_text()}\n# copy {i}\n")
+            jobs.append(CandidateJob(path=copy, problem=problem))
     settings = EvalSettings(device="cuda", size="small", trials=2, warmup_ms=20, rep_ms=100, build_root=tmp_path / "builds", jobs=4)
     verdicts = list(evaluate(jobs, settings))
     assert {v.status for v in verdicts} == {Status.CORRECT}
-    on = {problem: {v.evidence.gpu for v in verdicts if v.problem == problem} for problem in sources}
+    on = {key: {v.evidence.gpu for v in verdicts if Path(v.solution_path).name.startswith(key)} for key in "ab"}
     assert all(len(gpus) == 1 for gpus in on.values()) and set().union(*on.values()) == set(visible_gpus()[:2])
