@@ -47,12 +47,12 @@ def _cause(server: "ReferenceServer") -> str:
     return f"reference of '{server.problem.name}' failed: {cause}" + (f"; log: {tail[-1][:200]}" if tail else "")
 
 
-def _workdir(batch: Batch, problem: Problem) -> Path:
-    return batch.root / "ref" / problem.sha256[:16]
+def _workdir(batch: Batch, problem: Problem, gpu: str | None) -> Path:
+    return batch.root / "ref" / f"{problem.sha256[:16]}-{gpu}"
 
 
 def _spawn(batch: Batch, problem: Problem, gpu: str | None) -> Child:
-    workdir = _workdir(batch, problem)
+    workdir = _workdir(batch, problem, gpu)
     return batch.spawn(workdir, workdir / "build", problem, gpu=gpu)
 
 
@@ -64,7 +64,7 @@ class ReferenceServer:
     def __init__(self, batch: Batch, problem: Problem, audit: bool = False, child: Child | None = None,
                  gpu: str | None = None):
         self.batch, self.problem, self.audit = batch, problem, audit
-        self.workdir = _workdir(batch, problem)
+        self.workdir = _workdir(batch, problem, gpu)
         self.child = child  # a spare started before the problem opened (OpenProblems.spare)
         self.gpu = gpu
         self.reference: Reference | None = None
@@ -144,43 +144,70 @@ class ReferenceServer:
 
 
 class OpenProblems:
-    """Which problems have a reference server, on which GPU, and how many of each problem's candidates are still
-    to be judged. A problem is placed on one GPU when its first child is about to start (a spare reference, a
+    """Which problems have a reference server, on which GPUs, and how many of each problem's candidates are still
+    to be judged. A problem is placed on a GPU when its first child is about to start (a spare reference, a
     candidate loaded ahead, its admission): the GPU with the fewest candidates still to be judged among the
-    problems placed there. Its reference, its comparer and all its candidates then run on that GPU, so its
-    outputs never cross devices, and its children make their CUDA context there before they hold it
-    (child._warm_cuda). A new problem is admitted on its GPU while the problems open there hold, with what the
-    new one is expected to hold, within _OPEN_SHARE of that device, and fewer than _OPEN_PER_DEVICE are open
-    there; the first on a device is always admitted. `sizes`: the bytes one call of a problem moves, where
-    known (evaluator.costs)."""
+    problems placed there. The dispatcher may serve it on more GPUs (`extend`), where they would otherwise idle.
+    On each GPU that serves it the problem has its own reference, timed there, and comparer, holding its expected
+    outputs there; a candidate runs on one of them, so outputs never cross devices, and its children make their
+    CUDA context there before they hold it (child._warm_cuda). A problem opens on a GPU while the comparers open
+    there hold, with what the new one is expected to hold, within _OPEN_SHARE of that device, and fewer than
+    _OPEN_PER_DEVICE are open there; the first on a device always opens. `sizes`: the bytes one call of a problem
+    moves, where known (evaluator.costs)."""
 
     def __init__(self, batch: Batch, problems: list[Problem], sizes: Callable[[Problem], int | None] | None = None):
         self.batch, self.sizes = batch, sizes or (lambda problem: None)
         self.remaining = Counter(p.sha256 for p in problems)
-        self.servers: dict[str, ReferenceServer] = {}
-        self.spares: dict[str, Child] = {}
-        self.placed: dict[str, str | None] = {}  # problem -> its GPU, until its last candidate is judged
+        self.servers: dict[tuple[str, str | None], ReferenceServer] = {}  # (problem, GPU) -> its server there
+        self.spares: dict[str, Child] = {}  # for the problem's first GPU
+        self.placed: dict[str, list[str | None]] = {}  # problem -> the GPUs serving it, until its last candidate is judged
         self._lock = threading.Lock()
         self._memory = device_memory(batch.settings.device)
 
-    def gpu_of(self, problem: Problem) -> str | None:
-        """The problem's GPU (None on CPU), placed now if it has none."""
+    def gpu_of(self, problem: Problem, among: list[str | None] | None = None) -> str | None:
+        """The problem's first GPU (None on CPU), placed now (on one of `among`, default any) if it has none."""
         with self._lock:
-            return self._place(problem)
+            return self._place(problem, among)
 
-    def _place(self, problem: Problem) -> str | None:
+    def gpus_of(self, problem: Problem) -> list[str | None]:
+        """The GPUs serving the problem (none before it is placed)."""
+        with self._lock:
+            return list(self.placed.get(problem.sha256, []))
+
+    def may_extend(self, problem: Problem, gpu: str | None) -> bool:
+        """May the placed problem be served on `gpu` too: not yet, it fits there, and its reference failed
+        nowhere (it would fail again, after as long)."""
+        with self._lock:
+            failed = any(s.failure for (sha, _), s in self.servers.items() if sha == problem.sha256)
+            if failed or gpu in self.placed.get(problem.sha256, [gpu]):
+                return False
+        return self.admissible(problem, gpu)
+
+    def extend(self, problem: Problem, gpu: str | None) -> None:
+        """Serve the problem on `gpu` too: its candidates admitted there get a reference of their own there."""
+        with self._lock:
+            self._place(problem)
+            if gpu not in self.placed[problem.sha256]:
+                self.placed[problem.sha256].append(gpu)
+
+    def is_open(self, problem: Problem) -> bool:
+        with self._lock:
+            return any(sha == problem.sha256 for sha, _ in self.servers)
+
+    def _place(self, problem: Problem, among: list[str | None] | None = None) -> str | None:
         if problem.sha256 not in self.placed:
             load = Counter({gpu: 0 for gpu in self.batch.gpus})
-            for sha, gpu in self.placed.items():
-                load[gpu] += self.remaining[sha]
-            self.placed[problem.sha256] = min(self.batch.gpus, key=lambda gpu: load[gpu])  # ties: the first listed
-        return self.placed[problem.sha256]
+            for sha, gpus in self.placed.items():
+                for gpu in gpus:
+                    load[gpu] += self.remaining[sha]
+            self.placed[problem.sha256] = [min(among or self.batch.gpus, key=lambda gpu: load[gpu])]  # ties: the first listed
+        return self.placed[problem.sha256][0]
 
-    def admissible(self, problem: Problem) -> bool:
+    def admissible(self, problem: Problem, gpu: str | None) -> bool:
+        """May the problem open on `gpu` (or is it open there already)?"""
         with self._lock:
-            gpu = self._place(problem)
-            there = [s for s in self.servers.values() if s.gpu == gpu]
-            if problem.sha256 in self.servers or not there:
+            there = [s for (_, on), s in self.servers.items() if on == gpu]
+            if (problem.sha256, gpu) in self.servers or not there:
                 return True
             held = sum(s.reference.footprint if s.reference else self._expected(s.problem) for s in there)
             return len(there) < _OPEN_PER_DEVICE and held + self._expected(problem) <= _OPEN_SHARE * self._memory
@@ -197,18 +224,21 @@ class OpenProblems:
         """The problems open on `gpu` and the device memory each comparer holds (or is expected to, before its
         reference ran), in words: the evidence of a candidate that ran out of GPU memory beside them."""
         with self._lock:
-            servers = [s for s in self.servers.values() if s.gpu == gpu]
+            servers = [s for (_, on), s in self.servers.items() if on == gpu]
         held = [f"{s.problem.name} {s.reference.footprint / 1e9:.1f} GB" if s.reference else
                 f"{s.problem.name} {self._expected(s.problem) / 1e9:.1f} GB expected" for s in servers]
         return "; ".join(held) or "none"
 
-    def server(self, problem: Problem) -> ReferenceServer:
-        """The problem's server, made now if it has none (call only once admissible); its child starts later."""
+    def server(self, problem: Problem, gpu: str | None) -> ReferenceServer:
+        """The problem's server on `gpu`, made now if it has none there (call only once admissible); its child
+        starts later. The spare, started for the problem's first GPU, serves there."""
         with self._lock:
-            if problem.sha256 not in self.servers:
-                self.servers[problem.sha256] = ReferenceServer(self.batch, problem, child=self.spares.pop(problem.sha256, None),
-                                                               gpu=self._place(problem))
-            return self.servers[problem.sha256]
+            key = (problem.sha256, gpu)
+            if key not in self.servers:
+                first = gpu == self._place(problem)
+                self.servers[key] = ReferenceServer(self.batch, problem, gpu=gpu,
+                                                    child=self.spares.pop(problem.sha256, None) if first else None)
+            return self.servers[key]
 
     def spare(self, waiting: list[Problem]) -> None:
         """Start the reference children of problems waiting to open (CUDA only), in the order given, up to
@@ -220,7 +250,7 @@ class OpenProblems:
             with self._lock:
                 if len(self.spares) >= _SPARES_PER_DEVICE * len(self.batch.gpus):
                     return
-                if problem.sha256 in self.servers or problem.sha256 in self.spares:
+                if problem.sha256 in self.spares or any(sha == problem.sha256 for sha, _ in self.servers):
                     continue
                 gpu = self._place(problem)
             child = _spawn(self.batch, problem, gpu)  # outside the lock: runners judging meanwhile need it
@@ -233,11 +263,11 @@ class OpenProblems:
         with self._lock:
             self.remaining[problem.sha256] -= 1
             done = self.remaining[problem.sha256] <= 0
-            server = self.servers.pop(problem.sha256, None) if done else None
+            servers = [self.servers.pop(key) for key in list(self.servers) if key[0] == problem.sha256] if done else []
             spare = self.spares.pop(problem.sha256, None) if done else None
             if done:
                 self.placed.pop(problem.sha256, None)
-        if server:
+        for server in servers:
             server.close()
         if spare:
             spare.finish(wait=False)

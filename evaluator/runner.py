@@ -226,14 +226,13 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
     return on_message
 
 
-def _spawn_candidate(batch: Batch, problems: OpenProblems, prep: _Prepared) -> Child:
-    """The candidate's child, started (interpreter, jail, torch) for its problem's GPU, not yet told anything."""
-    problem = prep.job.problem
-    return batch.spawn(prep.workdir, prep.build_dir, problem, prep.candidate, gpu=problems.gpu_of(problem))
+def _spawn_candidate(batch: Batch, prep: _Prepared, gpu: str | None) -> Child:
+    """The candidate's child, started (interpreter, jail, torch) for `gpu`, not yet told anything."""
+    return batch.spawn(prep.workdir, prep.build_dir, prep.job.problem, prep.candidate, gpu=gpu)
 
 
 def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: _Prepared,
-                     compiled: ChildResult, child: Child | None = None) -> Verdict:
+                     compiled: ChildResult, child: Child | None = None, gpu: str | None = None) -> Verdict:
     """The candidate on a free device, then judged once the device is free again (the judge may wait for the
     problem's FLOPs: the first candidates of a batch waited ~3 s for them while holding the GPU). Its problem's
     last candidate closes the comparer before the device is given back, so the next problem's reference never
@@ -244,20 +243,20 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
     def run(take: _Hold) -> Verdict | _Ran:
         began.append(True)
         try:
-            return _run_compiled(batch, problems, prep, take, child or _spawn_candidate(batch, problems, prep))
+            return _run_compiled(batch, problems, prep, take, child or _spawn_candidate(batch, prep, gpu), gpu)
         finally:
             problems.finished_one(prep.job.problem)
 
     batch.on_stage(prep.job, "running")
     try:
-        ran, gpu = _on_free_device(batch, run)
+        ran, ran_on = _on_free_device(batch, run)
     finally:
         if not began:  # the batch stopped before the run began
             problems.finished_one(prep.job.problem)
             if child is not None:
                 child.finish(wait=False)
     verdict = _judged(batch, costs, prep, compiled, ran) if isinstance(ran, _Ran) else ran
-    verdict.evidence.gpu = gpu
+    verdict.evidence.gpu = ran_on
     return verdict
 
 
@@ -276,11 +275,12 @@ class _Ran:
     beside: list[str]  # the open problems' comparers when the device came: evidence for an out-of-memory
 
 
-def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: _Hold, child: Child) -> Verdict | _Ran:
-    """The candidate's child (started, told nothing yet) loads while the problem's reference runs (if it has not
-    yet); the candidate then runs on the device the comparer holds its expected outputs on."""
+def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: _Hold, child: Child,
+                  gpu: str | None) -> Verdict | _Ran:
+    """The candidate's child (started for `gpu`, told nothing yet) loads while the problem's reference there runs
+    (if it has not yet); the candidate then runs on that GPU, where the comparer holds its expected outputs."""
     settings, problem = batch.settings, prep.job.problem
-    server, comparisons, waited = problems.server(problem), {}, {"comparer": 0.0, "comparer_work": 0.0, "comparer_recompute": 0.0}
+    server, comparisons, waited = problems.server(problem, gpu), {}, {"comparer": 0.0, "comparer_work": 0.0, "comparer_recompute": 0.0}
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired)
     memory = ProcessMemory(lambda: take.device if take.held and settings.device == "cuda" else None, child.proc.pid)
     child.on_message = _relay(batch, prep, server, comparisons, pacer, memory, waited)  # it has sent only `loaded`
@@ -381,7 +381,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
             if costs:
                 costs.wait()
         dispatch = Dispatcher(batch, problems, runners, functools.partial(_judge_candidate, batch, problems, costs),
-                              spawn=functools.partial(_spawn_candidate, batch, problems))
+                              spawn=functools.partial(_spawn_candidate, batch))
         dispatch.compiling = list(compiling.values())
         pending = set(compiling) | dispatch.admit()  # on CUDA the first references start beside the compiles
         while pending:

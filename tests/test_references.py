@@ -73,13 +73,13 @@ def test_open_problems_are_bounded_by_the_memory_their_comparers_hold(cpu_settin
     a, b, c = (resolve_problem(n) for n in ("relu", "softmax", "matmul"))
     problems = OpenProblems(batch, [a, b, c])
     try:
-        assert problems.admissible(a)
-        problems.server(a)
-        assert problems.admissible(b)  # one pending comparer (its resident budget) + one more still fit
-        problems.server(b)
-        assert not problems.admissible(c) and problems.admissible(a)
+        assert problems.admissible(a, None)
+        problems.server(a, None)
+        assert problems.admissible(b, None)  # one pending comparer (its resident budget) + one more still fit
+        problems.server(b, None)
+        assert not problems.admissible(c, None) and problems.admissible(a, None)
         problems.finished_one(a)
-        assert problems.admissible(c) and a.sha256 not in problems.servers
+        assert problems.admissible(c, None) and not problems.is_open(a)
         assert _RESIDENT_SHARE < 0.5
     finally:
         problems.close_all()
@@ -96,8 +96,8 @@ def test_a_problem_is_expected_to_hold_what_one_call_moves_beside_its_resident_o
         problems = OpenProblems(batch, [a, b], sizes=lambda p: int(big * problems._memory) if big and p is b else None)
         try:
             assert problems.held() == "none"
-            problems.server(a)
-            assert problems.admissible(b) is opens
+            problems.server(a, None)
+            assert problems.admissible(b, None) is opens
             assert problems.held() == f"relu {problems._expected(a) / 1e9:.1f} GB expected"  # an out-of-memory's evidence
         finally:
             problems.close_all()
@@ -117,7 +117,7 @@ def test_spare_reference_children_start_ahead_bounded_and_are_taken_or_ended(cpu
         problems.spare([a, a, b, c])
         assert list(problems.spares) == [a.sha256, b.sha256][:_SPARES_PER_DEVICE]
         spare = problems.spares[a.sha256]
-        server = problems.server(a)
+        server = problems.server(a, None)
         assert server.child is spare and a.sha256 not in problems.spares
         problems.spare([a, c])  # a is open: only c gets one
         assert set(problems.spares) == {b.sha256, c.sha256}
@@ -145,162 +145,6 @@ def test_a_spare_whose_problem_has_no_candidate_left_is_ended(cpu_settings):
     finally:
         problems.close_all()
         shutil.rmtree(batch.root)
-
-
-def test_the_dispatcher_asks_spares_for_compiled_problems_then_those_still_compiling():
-    """On CUDA the first references start beside the compiles: the first candidate compiled no longer waits
-    ~7 s for its reference's interpreter and torch (seeds + repairs cold, H100)."""
-    from types import SimpleNamespace
-
-    from evaluator.dispatch import Dispatcher
-
-    asked: list[str] = []
-    problems = SimpleNamespace(servers={}, spare=asked.extend, admissible=lambda problem: False, placed={},
-                               gpu_of=lambda problem: "0")
-    batch = SimpleNamespace(settings=SimpleNamespace(device="cuda"), gpus=["0"])
-    dispatch = Dispatcher(batch, problems, runners=None, judge_one=None)
-    job = lambda name: SimpleNamespace(job=SimpleNamespace(problem=resolve_problem(name)))  # noqa: E731
-    dispatch.ready, dispatch.compiling = [(job("matmul"), None)], [job("relu"), job("softmax")]
-    assert dispatch.admit() == set() and [p.name for p in asked] == ["matmul", "relu", "softmax"]
-
-
-def test_the_dispatcher_keeps_candidates_loading_while_one_holds_the_device():
-    """On CUDA IN_FLIGHT candidates per device (one running, two ready to take it: children forked in ~0.05 s,
-    stop 26; with 4.5 s interpreter starts it took four, stop 24); on CPU two."""
-    import itertools
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-    from types import SimpleNamespace
-
-    from evaluator.dispatch import IN_FLIGHT, Dispatcher
-
-    release, judged = threading.Event(), []
-
-    def judge_one(prep, compiled, child):
-        judged.append(prep)
-        release.wait(30)
-
-    server = SimpleNamespace(prestart=lambda: None)
-    job = SimpleNamespace(job=SimpleNamespace(problem=resolve_problem("relu")))
-    for device, gpus, expected in (("cuda", ["0", "1"], 2 * IN_FLIGHT), ("cpu", [None], 2)):
-        turn = itertools.cycle(gpus)  # each candidate placed anew: one per device in turn
-        problems = SimpleNamespace(servers={}, spare=lambda waiting: None, admissible=lambda problem: True,
-                                   server=lambda problem: server, placed={}, gpu_of=lambda problem: next(turn))
-        batch = SimpleNamespace(settings=SimpleNamespace(device=device), gpus=gpus)
-        with ThreadPoolExecutor(max_workers=2 * IN_FLIGHT) as runners:
-            dispatch = Dispatcher(batch, problems, runners, judge_one)
-            dispatch.ready = [(job, None)] * 12
-            assert len(dispatch.admit()) == expected and len(dispatch.ready) == 12 - expected
-            release.set()
-        release.clear()
-    assert len(judged) == 2 * IN_FLIGHT + 2 and IN_FLIGHT == 3
-
-
-def test_the_dispatcher_loads_the_next_candidates_children_before_it_admits_them():
-    """On CUDA the children of the next AHEAD candidates per device start before a slot frees, and each goes to
-    its candidate's run when admitted (stop 25: a candidate admitted only when a slot freed started its child
-    then, and the H100 idled 27 % of a warm level-1 batch); the children of candidates never admitted are
-    stopped when the batch ends; on CPU none start ahead."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor, wait
-    from types import SimpleNamespace
-
-    from evaluator.dispatch import AHEAD, IN_FLIGHT, Dispatcher
-
-    release, judged, spawned = threading.Event(), [], []
-
-    def judge_one(prep, compiled, child):
-        judged.append((prep, child))
-        release.wait(30)
-
-    def spawn(prep):
-        spawned.append(SimpleNamespace(prep=prep, finished=False))
-        spawned[-1].finish = lambda wait=True, child=spawned[-1]: setattr(child, "finished", True)
-        return spawned[-1]
-
-    server = SimpleNamespace(prestart=lambda: None)
-    open_ = SimpleNamespace(servers={}, spare=lambda waiting: None, admissible=lambda problem: True, server=lambda p: server,
-                            placed={}, gpu_of=lambda problem: "0")
-    jobs = [SimpleNamespace(job=SimpleNamespace(problem=resolve_problem("relu"))) for _ in range(IN_FLIGHT + AHEAD + 1)]
-    batch = SimpleNamespace(settings=SimpleNamespace(device="cuda"), gpus=["0"])
-    with ThreadPoolExecutor(max_workers=IN_FLIGHT) as runners:
-        dispatch = Dispatcher(batch, open_, runners, judge_one, spawn=spawn)
-        dispatch.ready = [(job, None) for job in jobs]
-        first = dispatch.admit()
-        assert [c.prep for c in spawned] == jobs[IN_FLIGHT:IN_FLIGHT + AHEAD]  # before any slot frees
-        release.set()
-        wait(first)
-        dispatch.running.clear()
-        wait(dispatch.admit())
-    given = {id(prep): child for prep, child in judged}
-    assert [given[id(job)] for job in jobs[IN_FLIGHT:]] == [*spawned, None] and len(spawned) == AHEAD
-    closed = SimpleNamespace(servers={}, spare=lambda waiting: None, admissible=lambda problem: False, placed={},
-                             gpu_of=lambda problem: "0")
-    spawned.clear()
-    dispatch = Dispatcher(batch, closed, None, judge_one, spawn=spawn)
-    dispatch.ready = [(job, None) for job in jobs]
-    assert dispatch.admit() == set() and len(spawned) == AHEAD
-    dispatch.close()
-    assert all(child.finished for child in spawned) and dispatch.ahead == {}
-    cpu = Dispatcher(SimpleNamespace(settings=SimpleNamespace(device="cpu"), gpus=[None]), closed, None, judge_one, spawn=spawn)
-    cpu.ready = [(job, None) for job in jobs]
-    assert cpu.admit() == set() and cpu.ahead == {}
-
-
-def test_problems_are_placed_on_the_gpu_with_the_least_work_left_and_admitted_by_its_own_memory(cpu_settings):
-    """Two devices (named, as a two-GPU batch names them): a problem's reference, comparer and candidates run on
-    the one GPU it is placed on, chosen by the candidates still to be judged there; how many open on a device
-    follows that device's memory, not the batch's (three at 15 % each would pass the two devices' 70 %)."""
-    batch = Batch(cpu_settings)
-    batch.gpus = ["0", "1"]
-    a, b, c, d, e = (resolve_problem(n) for n in ("relu", "softmax", "matmul", "scale_bias_hardswish", "layernorm"))
-    problems = OpenProblems(batch, [a, a, a, b, c, d, e])
-    try:
-        assert [problems.gpu_of(p) for p in (a, b, c, a)] == ["0", "1", "1", "0"]  # a's 3 left vs b's 1, then 2
-        problems.finished_one(b)
-        problems.finished_one(c)
-        assert b.sha256 not in problems.placed and problems.gpu_of(d) == "1"  # "0" has a's 3 left, "1" none
-        assert problems.server(a).gpu == "0" and problems.server(d).gpu == "1"
-        assert problems.gpu_of(e) == "1" and problems.admissible(e)  # two on "1": 30 % of its memory
-        problems.server(e)
-        problems.placed[c.sha256] = "1"
-        assert not problems.admissible(c)  # a third on "1": 45 %
-        assert problems.held("1") == "; ".join(f"{p.name} {problems._expected(p) / 1e9:.1f} GB expected" for p in (d, e))
-    finally:
-        problems.close_all()
-        shutil.rmtree(batch.root)
-
-
-def test_the_dispatcher_fills_each_gpu_with_the_candidates_of_the_problems_placed_there(tmp_path):
-    """Two devices: candidates are admitted up to the depth of their problem's GPU, so a problem with more
-    candidates than that waits for its own GPU instead of spilling onto the other (its outputs would cross
-    devices), and a problem is placed only where a candidate can start now."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor, wait
-    from types import SimpleNamespace
-
-    from evaluator.dispatch import Dispatcher
-
-    release = threading.Event()
-    batch = SimpleNamespace(settings=SimpleNamespace(device="cpu"), gpus=["0", "1"], root=tmp_path)
-    a, b, c = (resolve_problem(n) for n in ("relu", "softmax", "matmul"))
-    problems = OpenProblems(batch, [a, a, a, b, b, b, c, c])
-    jobs = [SimpleNamespace(job=SimpleNamespace(problem=p)) for p in (a, a, a, b, b, b, c, c)]
-    with ThreadPoolExecutor(max_workers=4) as runners:
-        dispatch = Dispatcher(batch, problems, runners, lambda prep, compiled, child: release.wait(30))
-        dispatch.ready = [(job, None) for job in jobs]
-        first = dispatch.admit()
-        assert sorted(dispatch.on.values()) == ["0", "0", "1", "1"] and c.sha256 not in problems.placed
-        assert [item[0] for item in dispatch.ready] == [jobs[2], jobs[5], jobs[6], jobs[7]]
-        release.set()
-        wait(first)
-        dispatch.running.clear()
-        problems.finished_one(a)
-        problems.finished_one(a)
-        assert len(dispatch.admit()) == 3 and sorted(dispatch.on.values()) == ["0", "0", "1"]
-        assert problems.placed[c.sha256] == "0"  # a's 1 left there, b's 3 on "1"
-        assert [item[0] for item in dispatch.ready] == [jobs[7]]
-    problems.close_all()
 
 
 def test_cli_exits_1_when_a_reference_fails_and_doctor_lists_the_layers(tmp_path, build_root):

@@ -71,3 +71,18 @@ def test_problems_spread_over_every_visible_gpu_each_on_one(tmp_path):
     assert {v.status for v in verdicts} == {Status.CORRECT}
     on = {key: {v.evidence.gpu for v in verdicts if Path(v.solution_path).name.startswith(key)} for key in "ab"}
     assert all(len(gpus) == 1 for gpus in on.values()) and set().union(*on.values()) == set(visible_gpus()[:2])
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_one_problem_runs_on_both_gpus_each_with_its_own_reference(tmp_path):
+    """Four copies of a correct kernel of one problem: both GPUs run them (the second GPU serves the problem
+    with a reference timed there), every one `correct`."""
+    from evaluator.hardware import visible_gpus
+
+    copies = []
+    for i in range(4):
+        copies.append(tmp_path / f"relu_copy_{i}.py")
+        copies[-1].write_text(f"{(CANDIDATES / 'relu' / 'relu_cuda.py').read_text()}\n# copy {i}\n")
+    verdicts = _run(copies, "relu", "small", tmp_path)
+    assert {v.status for v in verdicts.values()} == {Status.CORRECT}
+    assert {v.evidence.gpu for v in verdicts.values()} == set(visible_gpus()[:2])
