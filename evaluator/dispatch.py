@@ -48,8 +48,10 @@ class Dispatcher:
         self.ready.sort(key=lambda item: not self.problems.is_open(item[0].job.problem))
         self.on = {future: gpu for future, gpu in self.on.items() if future in self.running}
         self._admit_pass(spread=True)
-        for gpu in self.batch.gpus:  # a GPU nothing was admitted to serves a problem waiting elsewhere
-            item = next((i for i in self.ready if self._count(gpu) == 0 and self.problems.may_extend(i[0].job.problem, gpu)), None)
+        for gpu in self.batch.gpus:  # a GPU with nothing in flight serves a problem waiting elsewhere too
+            if self._count(gpu) > 0:
+                continue
+            item = next((i for i in self.ready if self.problems.may_extend(i[0].job.problem, gpu)), None)
             if item is not None:
                 self.problems.extend(item[0].job.problem, gpu)
                 self._start(item, gpu)
