@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 import torch
 
@@ -27,6 +27,7 @@ from evaluator.timing import CPU_CHILD_ENV, cpu_cores
 from reference_problems import Problem
 
 DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
+T = TypeVar("T")
 _REQUESTS = {"compile": CompileRequest, "candidate": CandidateRequest, "reference": ReferenceRequest}
 
 
@@ -167,6 +168,40 @@ class Batch:
                 os.close(lock)  # closing the descriptor drops the flock
             self._free.add(device)
             self._freed.notify_all()
+
+
+class Hold:
+    """One device of the batch for one candidate: taken when a child of it calls the hold (its gate, `want`: the
+    GPU where the candidate's comparer lives) and kept until the candidate ends, or until `release` while nothing
+    of it runs on the device. On CUDA a child loads (interpreter and torch, seconds) before it asks; on CPU the
+    device is held from the start, so that no load slows another child's timed run."""
+
+    def __init__(self, batch: Batch):
+        self.batch, self.device, self.held = batch, None, False
+        if batch.settings.device == "cpu":
+            self(None)
+
+    def __call__(self, want: str | None = None) -> str | None:
+        if not self.held:
+            self.device, self.held = self.batch.take_device(want), True
+        return self.device
+
+    def release(self) -> None:
+        """Give the device back (CUDA only) while this candidate's next child still loads: the reference it ran
+        is ready, and another loaded child may use the device meanwhile."""
+        if self.held and self.batch.settings.device != "cpu":
+            self.batch.give_back(self.device)
+            self.held = False
+
+
+def on_free_device(batch: Batch, run: Callable[[Hold], T]) -> tuple[T, str | None]:
+    """run(hold), then the device given back if held; also which device it last ran on (None if none)."""
+    hold = Hold(batch)
+    try:
+        return run(hold), hold.device
+    finally:
+        if hold.held:
+            batch.give_back(hold.device)
 
 
 LOCK_DIR = Path("/tmp/kforge-device-locks")  # one place for every kforge process of the machine, whatever its TMPDIR

@@ -10,13 +10,13 @@ import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator
 
 import torch
 from pydantic import BaseModel
 
 from evaluator import buildcache, resources
-from evaluator.batch import Batch, build_key
+from evaluator.batch import Batch, Hold, build_key, on_free_device
 from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Verdict
 from evaluator.costs import ProblemCosts
 from evaluator.dispatch import IN_FLIGHT, Dispatcher
@@ -32,8 +32,6 @@ from evaluator.trials import OUTPUT_SUFFIX
 from evaluator.static import check_source
 
 _log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 class _Prepared(BaseModel):
@@ -160,40 +158,6 @@ def _already_built(prep: _Prepared) -> ChildResult:
     return ChildResult(messages=messages, returncode=0, started=now, log_path=prep.workdir / "compile" / "child.log")
 
 
-class _Hold:
-    """One device of the batch for one candidate: taken when a child of it calls the hold (its gate, `want`: the
-    device where the problem's comparer lives, else any free one) and kept until the candidate ends, or until
-    `release` while nothing of it runs on the device. On CUDA a child loads (interpreter and torch, seconds)
-    before it asks; on CPU the device is held from the start, so that no load slows another child's timed run."""
-
-    def __init__(self, batch: Batch):
-        self.batch, self.device, self.held = batch, None, False
-        if batch.settings.device == "cpu":
-            self(None)
-
-    def __call__(self, want: str | None = None) -> str | None:
-        if not self.held:
-            self.device, self.held = self.batch.take_device(want), True
-        return self.device
-
-    def release(self) -> None:
-        """Give the device back (CUDA only) while this candidate's next child still loads: the reference it ran
-        is ready, and another loaded child may use the device meanwhile."""
-        if self.held and self.batch.settings.device != "cpu":
-            self.batch.give_back(self.device)
-            self.held = False
-
-
-def _on_free_device(batch: Batch, run: Callable[[_Hold], T]) -> tuple[T, str | None]:
-    """run(hold), then the device given back if held; also which device it last ran on (None if none)."""
-    hold = _Hold(batch)
-    try:
-        return run(hold), hold.device
-    finally:
-        if hold.held:
-            batch.give_back(hold.device)
-
-
 def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: dict[str, dict], pacer: Pacer,
            memory: ProcessMemory, waited: dict[str, float]):
     """The candidate child's handoffs, answered: each call's outputs go to the problem's comparer, the answer
@@ -240,7 +204,7 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
     a tensor)."""
     began = []
 
-    def run(take: _Hold) -> Verdict | _Ran:
+    def run(take: Hold) -> Verdict | _Ran:
         began.append(True)
         try:
             return _run_compiled(batch, problems, prep, take, child or _spawn_candidate(batch, prep, gpu), gpu)
@@ -249,7 +213,7 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
 
     batch.on_stage(prep.job, "running")
     try:
-        ran, ran_on = _on_free_device(batch, run)
+        ran, ran_on = on_free_device(batch, run)
     finally:
         if not began:  # the batch stopped before the run began
             problems.finished_one(prep.job.problem)
@@ -275,7 +239,7 @@ class _Ran:
     beside: list[str]  # the open problems' comparers when the device came: evidence for an out-of-memory
 
 
-def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: _Hold, child: Child,
+def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold, child: Child,
                   gpu: str | None) -> Verdict | _Ran:
     """The candidate's child (started for `gpu`, told nothing yet) loads while the problem's reference there runs
     (if it has not yet); the candidate then runs on that GPU, where the comparer holds its expected outputs."""

@@ -191,11 +191,11 @@ def test_a_candidate_gives_the_gpu_back_while_its_child_still_loads(cpu_settings
     """On CUDA a candidate that ran its problem's reference releases the device while its own child still loads,
     and another candidate's loaded child takes it meanwhile (both ask for the comparer's device, as candidates
     do); on CPU a candidate holds the device from its start to its end."""
-    from evaluator.runner import _Hold
+    from evaluator.batch import Hold
 
     gpu, cpu = Batch(cpu_settings.model_copy(update={"device": "cuda", "gpus": ["7"]})), Batch(cpu_settings)
     try:
-        ran_reference, other = _Hold(gpu), _Hold(gpu)
+        ran_reference, other = Hold(gpu), Hold(gpu)
         assert not ran_reference.held and ran_reference("7") == "7"
         ran_reference.release()
         taker = threading.Thread(target=other, args=("7",), daemon=True)
@@ -203,7 +203,7 @@ def test_a_candidate_gives_the_gpu_back_while_its_child_still_loads(cpu_settings
         taker.join(timeout=10)
         assert not taker.is_alive() and other.held and not ran_reference.held
         other.release()
-        whole = _Hold(cpu)
+        whole = Hold(cpu)
         assert whole.held  # before any child of it starts
         whole.release()
         assert whole.held
