@@ -200,7 +200,7 @@ def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings) -> dic
         for v in evaluate(jobs, settings):
             verdicts.append(v)
             print(json.dumps({"mode": mode, "n": len(verdicts), "at_s": round(time.perf_counter() - start, 1),
-                              "problem": v.problem, "status": v.status.value, "cause": v.evidence.cause[:160],
+                              "problem": v.problem, "gpu": v.evidence.gpu, "status": v.status.value, "cause": v.evidence.cause[:160],
                               "stage_s": v.evidence.stage_s}), file=sys.stderr, flush=True)
     wall = time.perf_counter() - start
     stages: dict[str, list[float]] = {}
