@@ -124,10 +124,7 @@ class Batch:
         is held, and its reference is timed beside it there). A child timed on CPU is its own interpreter, not
         forked: children forked from one server share its address-space layout, and an identical candidate then
         timed 0.76-1.02x its reference, every time below 1 (cpu_pairing.py, stop 26); exec'd, 0.94-1.21x around
-        1, each process placed at random; and without address-space randomisation (the same layout in every
-        evaluation), 0.94-0.98x in six evaluations quiet, against 0.85-1.14x with it (stop 28): where a process's
-        libraries and heap fall moves a CPU call's time by up to ~15 %, and a random layout made each
-        evaluation's pair a new draw. A child that will run on `gpu` (its problem's) makes its CUDA context
+        1, each process placed at random. A child that will run on `gpu` (its problem's) makes its CUDA context
         there while it waits (child._warm_cuda), where the leak check reads each candidate's own device memory."""
         cpu = self.settings.device == "cpu"
         timed_on_cpu = cpu and not publish
@@ -135,7 +132,7 @@ class Batch:
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
                      jail=self.jail(workdir, build_dir, problem, candidate, publish),
                      env=CPU_CHILD_ENV if timed_on_cpu else warm,
-                     cores=self.cores[1 if publish else 0], fork=not timed_on_cpu, fixed_layout=timed_on_cpu)
+                     cores=self.cores[1 if publish else 0], fork=not timed_on_cpu)
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
             gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:

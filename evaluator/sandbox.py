@@ -107,21 +107,15 @@ def start_children() -> None:
         forkserver.server(_server_env)
 
 
-_ADDR_NO_RANDOMIZE = 0x0040000  # personality(2): this process and what it execs get the same layout every time
-
-
-def prepare_child(limits: Limits, cap_address_space: bool, cores: set[int] | None = None, fixed_layout: bool = False) -> None:
+def prepare_child(limits: Limits, cap_address_space: bool, cores: set[int] | None = None) -> None:
     """Runs in the child before exec. CUDA reserves huge virtual ranges, so RLIMIT_AS only for CPU runs.
     RLIMIT_CPU caps each process at the CPU seconds its wall budget could use on every core.
     RLIMIT_FSIZE caps each file it writes (Python then gets EFBIG); RLIMIT_NPROC would not bind root.
     SIGINT is the polite stop (Python turns it into KeyboardInterrupt, and torch's build then removes its
     lock file), so it must not be inherited as ignored; the child gets it too if kforge itself dies. `cores`:
-    where it and every thread and process it starts run (timing.cpu_cores). `fixed_layout`: no address-space
-    randomisation, for a process timed on the CPU against another (Batch.spawn)."""
+    where it and every thread and process it starts run (timing.cpu_cores)."""
     if cores:
         os.sched_setaffinity(0, cores)
-    if fixed_layout and ctypes.CDLL(None, use_errno=True).personality(_ADDR_NO_RANDOMIZE) == -1:
-        raise OSError(ctypes.get_errno(), "personality(ADDR_NO_RANDOMIZE) failed")
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -209,13 +203,12 @@ class Child:
     `wait_for`): the reference server answers comparisons, a candidate waits for each handoff to be judged.
     `on_message` runs in the reader thread for every message and may return a line to send back (a candidate's
     handoff is answered that way). `runner`: a trusted program the child is started under, inside the jail (the
-    profile child's ncu); `cores`: the CPUs it runs on; `fork`: from the fork server (else its own interpreter,
-    with the same address-space layout every time where `fixed_layout`)."""
+    profile child's ncu); `cores`: the CPUs it runs on; `fork`: from the fork server (else its own interpreter)."""
 
     def __init__(self, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
                  stop: threading.Event | None = None, on_message: Callable[[dict], BaseModel | None] | None = None,
                  jail: dict | None = None, env: dict[str, str] | None = None, runner: list[str] | None = None,
-                 cores: set[int] | None = None, fork: bool = True, fixed_layout: bool = False):
+                 cores: set[int] | None = None, fork: bool = True):
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
@@ -236,7 +229,7 @@ class Child:
                     jailed(jail, [*(runner or []), sys.executable, "-m", "evaluator.child", str(req_r), str(res_w)],
                             self.cgroup, said), cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, pass_fds=(req_r, res_w), start_new_session=True,
-                    preexec_fn=lambda: prepare_child(limits, cap_address_space, cores, fixed_layout),
+                    preexec_fn=lambda: prepare_child(limits, cap_address_space, cores),
                 )
         os.close(req_r)
         os.close(res_w)

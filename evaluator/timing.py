@@ -252,8 +252,7 @@ def method_name(device: str) -> str:
 def flush_policy(device: str) -> str:
     if device == "cuda":
         return f"{_L2_FLUSH_BYTES // 2**20} MiB zeroed before every timed call"
-    return (f"{CPU_FLUSH_BYTES // 2**20} MiB written before every timed call (twice the largest CPU cache); "
-            "both timed processes without address-space randomisation")
+    return f"{CPU_FLUSH_BYTES // 2**20} MiB written before every timed call (twice the largest CPU cache)"
 
 
 def ratio_interval(reference: TimingStats, candidate: TimingStats) -> list[float] | None:

@@ -51,8 +51,7 @@ def test_a_correct_verdict_says_how_it_was_timed(verdicts):
     v = verdicts["cpu_fused_o3"]
     t = v.evidence.timing
     assert (t.calls, t.reference_calls, t.cpu_threads) == (v.candidate.reps, v.reference.reps, 1)
-    assert t.l2_flush.endswith("(twice the largest CPU cache); both timed processes without address-space "
-                               "randomisation"), t.l2_flush
+    assert t.l2_flush.endswith("MiB written before every timed call (twice the largest CPU cache)"), t.l2_flush
     assert t.untimed_calls >= 4 and t.fresh_inputs.startswith("fresh: new values before every call")
     assert len(t.checked_calls) >= 3 and all(0 <= rep < t.calls for rep in t.checked_calls)  # 3 secret + the last
     low, high = t.speedup_interval
