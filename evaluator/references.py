@@ -178,7 +178,7 @@ class OpenProblems:
         """May the placed problem be served on `gpu` too: not yet, it fits there, and its reference failed
         nowhere (it would fail again, after as long)."""
         with self._lock:
-            failed = any(s.failure for (sha, _), s in self.servers.items() if sha == problem.sha256)
+            failed = any(self.servers[key].failure for key in self._keys_of(problem))
             if failed or gpu in self.placed.get(problem.sha256, [gpu]):
                 return False
         return self.admissible(problem, gpu)
@@ -192,7 +192,11 @@ class OpenProblems:
 
     def is_open(self, problem: Problem) -> bool:
         with self._lock:
-            return any(sha == problem.sha256 for sha, _ in self.servers)
+            return bool(self._keys_of(problem))
+
+    def _keys_of(self, problem: Problem) -> list[tuple[str, str | None]]:
+        """The keys of the problem's servers, one per GPU it is open on (the caller holds the lock)."""
+        return [key for key in self.servers if key[0] == problem.sha256]
 
     def _place(self, problem: Problem, among: list[str | None] | None = None) -> str | None:
         if problem.sha256 not in self.placed:
@@ -250,7 +254,7 @@ class OpenProblems:
             with self._lock:
                 if len(self.spares) >= _SPARES_PER_DEVICE * len(self.batch.gpus):
                     return
-                if problem.sha256 in self.spares or any(sha == problem.sha256 for sha, _ in self.servers):
+                if problem.sha256 in self.spares or self._keys_of(problem):
                     continue
                 gpu = self._place(problem)
             child = _spawn(self.batch, problem, gpu)  # outside the lock: runners judging meanwhile need it
@@ -263,7 +267,7 @@ class OpenProblems:
         with self._lock:
             self.remaining[problem.sha256] -= 1
             done = self.remaining[problem.sha256] <= 0
-            servers = [self.servers.pop(key) for key in list(self.servers) if key[0] == problem.sha256] if done else []
+            servers = [self.servers.pop(key) for key in self._keys_of(problem)] if done else []
             spare = self.spares.pop(problem.sha256, None) if done else None
             if done:
                 self.placed.pop(problem.sha256, None)
