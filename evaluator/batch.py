@@ -101,14 +101,23 @@ class Batch:
         return {"seeds": seeds, "timing_seed": self.timing_seed, "verify_seed": self.verify_seed,
                 "probe_fraction": self.probe_fraction}
 
+    def pairs(self, role: str = "candidate") -> int:
+        """The fresh process pairs (reference, candidate) a correct candidate is timed in: on CPU with paired
+        rounds, settings.cpu_pairs, each timing a share of rep_ms; else 1. Each process is placed in memory at
+        random, and a pair's ratio carries that draw: identical work timed 0.85-1.14x in single fresh pairs
+        (stop 28, docs/cpu-evidence), with the address layout fixed still 0.90-1.10x. The ratios of a few pairs
+        pooled average the draw out instead of reporting one."""
+        s = self.settings
+        return s.cpu_pairs if role == "candidate" and s.device == "cpu" and s.timing and s.paired else 1
+
     def request(self, role: str, problem: Problem, out_dir: Path, candidate: Path | None = None, **extra) -> Request:
         """The request of a compile, candidate or reference child, as the protocol types it."""
         s = self.settings
         out_dir.mkdir(parents=True, exist_ok=True)
         if candidate is not None:
             extra["candidate_path"] = str(candidate.resolve())
-        timing = TimingRequest(enabled=s.timing, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms, min_reps=s.min_reps,
-                               max_reps=s.max_reps, rel_ci=s.rel_ci, paired=s.paired)
+        timing = TimingRequest(enabled=s.timing, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms / self.pairs(role),
+                               min_reps=s.min_reps, max_reps=s.max_reps, rel_ci=s.rel_ci, paired=s.paired)
         return _REQUESTS[role](
             problem_path=str(problem.path), device=s.device, overrides=problem.overrides(s.size),
             init_seed=self.init_seed, atol=problem.meta.atol, rtol=problem.meta.rtol, out_dir=str(out_dir),

@@ -59,6 +59,7 @@ class EvalSettings(BaseModel):
     paired: bool = True  # time the reference beside each round of the candidate (False: apart, one after the other)
     compile_baseline: bool = False  # also time torch.compile(reference)
     cpu_threads: int = Field(1, ge=1)  # CPU runs: same thread count for both sides; 1 keeps timings stable
+    cpu_pairs: int = Field(3, ge=1)  # CPU runs: fresh process pairs a correct candidate is timed in (runner.py)
     limits: Limits = Field(default_factory=Limits)
     build_root: Path | None = None  # content-addressed build cache; default ~/.cache/kforge/builds
     jobs: int = Field(2, ge=1)  # parallel compiles

@@ -21,7 +21,7 @@ from evaluator.hardware import cpu_peak, device_name, peak
 from evaluator.pacing import Paired
 from evaluator.protocol import Cheat, Error, Kernels, Leaks, Probe, Trials
 from evaluator.results import ChildResult
-from evaluator.timing import flush_policy, implausible, method_name, ratio_interval, summarize
+from evaluator.timing import flush_policy, implausible, method_name, paired_ratio, ratio_interval, summarize
 from evaluator.trials import timed_rep
 from reference_problems import ProblemMeta
 
@@ -314,8 +314,8 @@ def _report(case: _Case) -> TimingReport | None:
         reference_calls, speedup_interval = sum(map(len, pairs)), [low, high]
         interval = (f"the median of {len(pairs)} paired ratios: the reference timed beside each round of the "
                     f"candidate, before or after it by a secret coin")
-        if settings.device == "cpu":  # stop 20: identical work in two fresh processes on one core, 0.92-1.07x
-            interval += "; on CPU it spans this pair of processes only: fresh ones can time the same work ~10 % apart"
+        if settings.device == "cpu":  # identical work in single fresh process pairs: 0.85-1.14x (stop 28)
+            interval += "; it spans this pair of processes only: fresh ones can time the same work ~10 % apart"
     else:
         reference_calls, speedup_interval = ref.reps if ref else None, ratio_interval(ref, mine) if ref else None
         interval = "from the two medians' 95 % intervals (reference and candidate timed apart)"
@@ -366,3 +366,31 @@ def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: Eval
         return Outcome(Status.CORRECT, evidence, mine)
     pooled = summarize([s for block in paired.reference for s in block], mine.method)
     return Outcome(Status.CORRECT, evidence, mine, speedup=paired.ratio()[0], reference=pooled)
+
+
+def pooled(outcomes: list[Outcome], paireds: list[Paired]) -> Outcome:
+    """One outcome of a candidate run in several fresh process pairs (CPU, Batch.pairs), each judged in full:
+    the first that is not correct decides; else the first's evidence, with the speedup, its interval and both
+    sides' timings from the blocks of every pair with a paired ratio, together."""
+    for k, outcome in enumerate(outcomes):
+        if outcome.status is not Status.CORRECT:
+            outcome.evidence.cause = f"in process pair {k + 1} of {len(outcomes)}: {outcome.evidence.cause}"
+            return outcome
+    kept = [(outcome, paired) for outcome, paired in zip(outcomes, paireds, strict=True) if outcome.speedup]
+    first = kept[0][0] if kept else outcomes[0]
+    if len(kept) < 2:
+        return first
+    reference = [block for _, paired in kept for block in paired.reference]
+    candidate = [block for _, paired in kept for block in paired.candidate]
+    speedup, low, high = paired_ratio(reference, candidate)
+    reports = [outcome.evidence.timing for outcome, _ in kept]
+    timing = reports[0].model_copy(update={
+        "calls": sum(r.calls for r in reports), "reference_calls": sum(r.reference_calls or 0 for r in reports),
+        "untimed_calls": sum(r.untimed_calls for r in reports), "speedup_interval": [low, high],
+        "interval": f"the median of {len(reference)} paired ratios from {len(kept)} pairs of fresh processes, each "
+                    "placed in memory at random: the reference timed beside each round of the candidate, before or "
+                    "after it by a secret coin"})
+    method = first.timing.method
+    return Outcome(Status.CORRECT, first.evidence.model_copy(update={"timing": timing}),
+                   summarize([s for block in candidate for s in block], method), speedup=speedup,
+                   reference=summarize([s for block in reference for s in block], method))

@@ -47,26 +47,27 @@ def _cause(server: "ReferenceServer") -> str:
     return f"reference of '{server.problem.name}' failed: {cause}" + (f"; log: {tail[-1][:200]}" if tail else "")
 
 
-def _workdir(batch: Batch, problem: Problem, gpu: str | None) -> Path:
-    return batch.root / "ref" / f"{problem.sha256[:16]}-{gpu}"
+def _workdir(batch: Batch, problem: Problem, gpu: str | None, pair: int = 0) -> Path:
+    return batch.root / "ref" / f"{problem.sha256[:16]}-{gpu}-{pair}"
 
 
-def _spawn(batch: Batch, problem: Problem, gpu: str | None) -> Child:
-    workdir = _workdir(batch, problem, gpu)
+def _spawn(batch: Batch, problem: Problem, gpu: str | None, pair: int = 0) -> Child:
+    workdir = _workdir(batch, problem, gpu, pair)
     return batch.spawn(workdir, workdir / "build", problem, gpu=gpu)
 
 
 class ReferenceServer:
     """One problem's reference child. `prestart` spawns it early on CUDA (its interpreter and torch load while
     the device is busy); `ready` runs it on the problem's GPU (`gpu`, where OpenProblems placed it; None: the
-    one the gate gives), and returns its Reference or raises ReferenceFailed."""
+    one the gate gives), and returns its Reference or raises ReferenceFailed. `pair`: which of a CPU candidate's
+    fresh process pairs it times beside (Batch.pairs); 0 is also the problem's comparer for everything else."""
 
     def __init__(self, batch: Batch, problem: Problem, audit: bool = False, child: Child | None = None,
-                 gpu: str | None = None):
+                 gpu: str | None = None, pair: int = 0):
         self.batch, self.problem, self.audit = batch, problem, audit
-        self.workdir = _workdir(batch, problem, gpu)
+        self.workdir = _workdir(batch, problem, gpu, pair)
         self.child = child  # a spare started before the problem opened (OpenProblems.spare)
-        self.gpu = gpu
+        self.gpu, self.pair = gpu, pair
         self.reference: Reference | None = None
         self.failure = ""
         self._lock = threading.Lock()
@@ -76,7 +77,7 @@ class ReferenceServer:
         start would slow the run being timed)."""
         with self._lock:
             if self.child is None:
-                self.child = _spawn(self.batch, self.problem, self.gpu)
+                self.child = _spawn(self.batch, self.problem, self.gpu, self.pair)
 
     def ready(self, take: Callable[[str | None], str | None]) -> Reference:
         self.prestart()
@@ -158,7 +159,7 @@ class OpenProblems:
     def __init__(self, batch: Batch, problems: list[Problem], sizes: Callable[[Problem], int | None] | None = None):
         self.batch, self.sizes = batch, sizes or (lambda problem: None)
         self.remaining = Counter(p.sha256 for p in problems)
-        self.servers: dict[tuple[str, str | None], ReferenceServer] = {}  # (problem, GPU) -> its server there
+        self.servers: dict[tuple[str, str | None, int], ReferenceServer] = {}  # (problem, GPU, pair) -> its server
         self.spares: dict[str, Child] = {}  # for the problem's first GPU
         self.placed: dict[str, list[str | None]] = {}  # problem -> the GPUs serving it, until its last candidate is judged
         self._lock = threading.Lock()
@@ -194,8 +195,9 @@ class OpenProblems:
         with self._lock:
             return bool(self._keys_of(problem))
 
-    def _keys_of(self, problem: Problem) -> list[tuple[str, str | None]]:
-        """The keys of the problem's servers, one per GPU it is open on (the caller holds the lock)."""
+    def _keys_of(self, problem: Problem) -> list[tuple[str, str | None, int]]:
+        """The keys of the problem's servers, one per GPU it is open on and process pair (the caller holds the
+        lock)."""
         return [key for key in self.servers if key[0] == problem.sha256]
 
     def _place(self, problem: Problem, among: list[str | None] | None = None) -> str | None:
@@ -210,8 +212,8 @@ class OpenProblems:
     def admissible(self, problem: Problem, gpu: str | None) -> bool:
         """May the problem open on `gpu` (or is it open there already)?"""
         with self._lock:
-            there = [s for (_, on), s in self.servers.items() if on == gpu]
-            if (problem.sha256, gpu) in self.servers or not there:
+            there = [s for (_, on, _), s in self.servers.items() if on == gpu]
+            if (problem.sha256, gpu, 0) in self.servers or not there:
                 return True
             held = sum(s.reference.footprint if s.reference else self._expected(s.problem) for s in there)
             return len(there) < _OPEN_PER_DEVICE and held + self._expected(problem) <= _OPEN_SHARE * self._memory
@@ -228,19 +230,19 @@ class OpenProblems:
         """The problems open on `gpu` and the device memory each comparer holds (or is expected to, before its
         reference ran), in words: the evidence of a candidate that ran out of GPU memory beside them."""
         with self._lock:
-            servers = [s for (_, on), s in self.servers.items() if on == gpu]
+            servers = [s for (_, on, _), s in self.servers.items() if on == gpu]
         held = [f"{s.problem.name} {s.reference.footprint / 1e9:.1f} GB" if s.reference else
                 f"{s.problem.name} {self._expected(s.problem) / 1e9:.1f} GB expected" for s in servers]
         return "; ".join(held) or "none"
 
-    def server(self, problem: Problem, gpu: str | None) -> ReferenceServer:
-        """The problem's server on `gpu`, made now if it has none there (call only once admissible); its child
-        starts later. The spare, started for the problem's first GPU, serves there."""
+    def server(self, problem: Problem, gpu: str | None, pair: int = 0) -> ReferenceServer:
+        """The problem's server on `gpu` for process pair `pair`, made now if it has none (call only once
+        admissible); its child starts later. The spare, started for the problem's first GPU, serves there."""
         with self._lock:
-            key = (problem.sha256, gpu)
+            key = (problem.sha256, gpu, pair)
             if key not in self.servers:
-                first = gpu == self._place(problem)
-                self.servers[key] = ReferenceServer(self.batch, problem, gpu=gpu,
+                first = gpu == self._place(problem) and pair == 0
+                self.servers[key] = ReferenceServer(self.batch, problem, gpu=gpu, pair=pair,
                                                     child=self.spares.pop(problem.sha256, None) if first else None)
             return self.servers[key]
 

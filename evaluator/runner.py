@@ -22,7 +22,7 @@ from evaluator.costs import ProblemCosts
 from evaluator.dispatch import IN_FLIGHT, Dispatcher
 from evaluator.gpumemory import ProcessMemory
 from evaluator.hardware import device_name
-from evaluator.judge import Outcome, Reference, ended_badly, harness_call, judge
+from evaluator.judge import Outcome, Reference, ended_badly, harness_call, judge, pooled
 from evaluator.pacing import Pacer
 from evaluator.protocol import Ack, Go, Leaks
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
@@ -30,6 +30,7 @@ from evaluator.results import ChildResult
 from evaluator.sandbox import Child
 from evaluator.trials import OUTPUT_SUFFIX
 from evaluator.static import check_source
+from reference_problems import ProblemMeta
 
 _log = logging.getLogger(__name__)
 
@@ -52,12 +53,12 @@ def _verdict(job: CandidateJob, settings: EvalSettings, status: Status, **kw) ->
                    cuda_version=torch.version.cuda, **kw)
 
 
-def _notes(compiled: ChildResult, result: ChildResult) -> list[str]:
+def _notes(compiled: ChildResult, *results: ChildResult) -> list[str]:
     notes = []
-    if (result.last("env") or {}).get("confined") is False:
+    if any((result.last("env") or {}).get("confined") is False for result in results):
         notes.append("no seccomp filter in this child (not x86-64, or not permitted): the candidate could have signalled kforge")
-    if compiled.stragglers + result.stragglers:
-        notes.append(f"killed {compiled.stragglers + result.stragglers} process(es) the candidate left running after its child ended")
+    if stragglers := compiled.stragglers + sum(result.stragglers for result in results):
+        notes.append(f"killed {stragglers} process(es) the candidate left running after its child ended")
     return notes
 
 
@@ -237,14 +238,34 @@ class _Ran:
     waited_s: float  # for the problem's reference
     comparer_s: dict[str, float]  # of the candidate's stages: its outputs judged (round trips, the comparer's work in them)
     beside: list[str]  # the open problems' comparers when the device came: evidence for an out-of-memory
+    more: list[_Ran] = dataclasses.field(default_factory=list)  # the same run in further fresh process pairs (CPU)
+
+    def outcome(self, settings: EvalSettings, meta: ProblemMeta, ref: Reference | None = None) -> Outcome:
+        own = self.memory if settings.device == "cuda" else None
+        return judge(self.result, ref or self.ref, meta, self.budget, self.comparisons, self.pacer.paired, own)
 
 
 def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold, child: Child,
                   gpu: str | None) -> Verdict | _Ran:
+    """The candidate's run, and where Batch.pairs asks for more than one process pair (CPU), the same run again
+    in fresh processes on both sides while every run so far is correct with a paired ratio: each is judged in
+    full, and the speedup pools their ratios (_judged)."""
+    runs = [_run_pair(batch, problems, prep, take, child, gpu, 0)]
+    while (len(runs) < batch.pairs() and isinstance(runs[-1], _Ran)
+           and runs[-1].outcome(batch.settings, prep.job.problem.meta).speedup is not None):
+        runs.append(_run_pair(batch, problems, prep, take, _spawn_candidate(batch, prep, gpu), gpu, len(runs)))
+    first, *more = runs
+    if isinstance(first, _Ran):  # a later pair whose reference failed where the first's ran: pool what ran
+        first.more = [ran for ran in more if isinstance(ran, _Ran)]
+    return first
+
+
+def _run_pair(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold, child: Child, gpu: str | None,
+              pair: int) -> Verdict | _Ran:
     """The candidate's child (started for `gpu`, told nothing yet) loads while the problem's reference there runs
     (if it has not yet); the candidate then runs on that GPU, where the comparer holds its expected outputs."""
     settings, problem = batch.settings, prep.job.problem
-    server, comparisons, waited = problems.server(problem, gpu), {}, {"comparer": 0.0, "comparer_work": 0.0, "comparer_recompute": 0.0}
+    server, comparisons, waited = problems.server(problem, gpu, pair), {}, {"comparer": 0.0, "comparer_work": 0.0, "comparer_recompute": 0.0}
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired)
     memory = ProcessMemory(lambda: take.device if take.held and settings.device == "cuda" else None, child.proc.pid)
     child.on_message = _relay(batch, prep, server, comparisons, pacer, memory, waited)  # it has sent only `loaded`
@@ -278,7 +299,11 @@ def _judged(batch: Batch, costs: ProblemCosts | None, prep: _Prepared, compiled:
     if costs:
         ref = dataclasses.replace(ref, flops=costs.flops(prep.job.problem))
     own = ran.memory if settings.device == "cuda" else None
-    outcome = judge(result, ref, prep.job.problem.meta, ran.budget, ran.comparisons, ran.pacer.paired, own)
+    outcome = ran.outcome(settings, prep.job.problem.meta, ref)
+    if ran.more:
+        outcome = pooled([outcome, *(more.outcome(settings, prep.job.problem.meta,
+                                                  dataclasses.replace(more.ref, flops=ref.flops)) for more in ran.more)],
+                         [r.pacer.paired for r in (ran, *ran.more)])
     judge_s = time.monotonic() - judged_at
     verdict = _verdict(prep.job, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
@@ -293,13 +318,15 @@ def _judged(batch: Batch, costs: ProblemCosts | None, prep: _Prepared, compiled:
                                 "of_which_comparer_recompute": round(ran.comparer_s["comparer_recompute"], 3),
                                 "of_which_reference_blocks": round(ran.pacer.paired.paused_s, 3)}
     verdict.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
-    verdict.evidence.notes += _notes(compiled, result)
+    verdict.evidence.notes += _notes(compiled, result, *(more.result for more in ran.more))
     if own is not None and isinstance(why := own.growth(), str) and result.read(Leaks) is not None:
         verdict.evidence.notes.append(f"leak check counted the memory of the whole device, not the candidate's own: {why}")
     if settings.device == "cuda" and "out of memory" in verdict.evidence.cause and ran.beside:
         verdict.evidence.notes.append(f"device memory of the open problems' comparers when it started: {ran.beside[0]}")
     verdict.evidence.sandbox = (result.last("env") or {}).get("sandbox") or {}
-    verdict.wall_s = compiled.wall_s + result.wall_s
+    verdict.wall_s = compiled.wall_s + result.wall_s + sum(more.result.wall_s for more in ran.more)
+    if ran.more:
+        verdict.evidence.stage_s["more_pairs"] = round(sum(more.result.wall_s for more in ran.more), 3)
     shutil.rmtree(prep.workdir / "out", ignore_errors=True)
     return verdict
 

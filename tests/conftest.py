@@ -106,7 +106,9 @@ def gpu_adversarial_build_root(build_root) -> Path:
 def cpu_settings(build_root):
     from evaluator import EvalSettings
 
-    return EvalSettings(device="cpu", size="small", trials=3, warmup_ms=50, rep_ms=300, jobs=2, build_root=build_root)
+    # one process pair: these tests judge verdicts, not the spread that more pairs narrow (tests/test_pacing.py)
+    return EvalSettings(device="cpu", size="small", trials=3, warmup_ms=50, rep_ms=300, jobs=2, build_root=build_root,
+                        cpu_pairs=1)
 
 
 def kforge_runner(tmp_path: Path, build_root: Path, **env_extra: str):
@@ -158,7 +160,7 @@ def settings(tmp_path):
     from evaluator.contracts import Limits
 
     return EvalSettings(device="cpu", size="small", trials=2, leak_calls=2, warmup_ms=10, rep_ms=50, min_reps=3,
-                        max_reps=50, build_root=tmp_path / "builds", jobs=1, limits=Limits(timeout_s=600))
+                        max_reps=50, build_root=tmp_path / "builds", jobs=1, limits=Limits(timeout_s=600), cpu_pairs=1)
 
 
 def relu_timing_case(samples_ms: list[float], monkeypatch, device: str = "cuda", size: str = "full"):

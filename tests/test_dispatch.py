@@ -65,7 +65,7 @@ def _dispatcher(batch, jobs, runs, pool, spawn=None) -> tuple[Dispatcher, OpenPr
 def _served(dispatch: Dispatcher, problems: OpenProblems) -> None:
     """Every running candidate is on a GPU that serves its problem, with the problem's server there."""
     for prep, _, gpu in dispatch.judge_one.given:
-        assert gpu in problems.gpus_of(prep.job.problem) and (prep.job.problem.sha256, gpu) in problems.servers
+        assert gpu in problems.gpus_of(prep.job.problem) and (prep.job.problem.sha256, gpu, 0) in problems.servers
 
 
 def test_spare_references_start_for_compiled_problems_then_those_still_compiling(batch):

@@ -41,6 +41,7 @@ EXPECTED = {
     # fresh values before every timed call: the cache misses each time, so it is timed doing the work
     "cache_by_sampled_values": (CORRECT, "", "correct in 3 trials"),
     "garbage_late": (INCORRECT, "", "timed call"),
+    "later_pair": (INCORRECT, "", "in process pair 2 of 2: "),
     "thread_escape": (INCORRECT, "", "timed call"),
     "mutate_input": (CHEAT, "input_mutation", "forward() modified its inputs"),
     "mutate_input_late": (CHEAT, "input_mutation", "during the leak check or timing"),
