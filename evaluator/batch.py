@@ -103,10 +103,10 @@ class Batch:
 
     def pairs(self, role: str = "candidate") -> int:
         """The fresh process pairs (reference, candidate) a correct candidate is timed in: on CPU with paired
-        rounds, settings.cpu_pairs, each timing a share of rep_ms; else 1. Each process is placed in memory at
-        random, and a pair's ratio carries that draw: identical work timed 0.85-1.14x in single fresh pairs
-        (stop 28, docs/cpu-evidence), with the address layout fixed still 0.90-1.10x. The ratios of a few pairs
-        pooled average the draw out instead of reporting one."""
+        rounds, settings.cpu_pairs, each timing a share of rep_ms; else 1. Where the kernel puts a process's data
+        and page tables moves its speed for its whole life, and a pair's ratio carries that draw: an identical
+        candidate timed 0.85-1.14x in single fresh pairs (stop 28; two bare processes with the address layout
+        fixed, still 0.90-1.10x). Pooled over 3 pairs: 0.91-1.08x in 20 evaluations (stop 29, docs/cpu-evidence)."""
         s = self.settings
         return s.cpu_pairs if role == "candidate" and s.device == "cpu" and s.timing and s.paired else 1
 

@@ -138,6 +138,7 @@ class TimingReport(BaseModel):
     checked_calls: list[int] = Field(default_factory=list)  # timed calls whose outputs the comparer checked
     speedup_interval: list[float] | None = None  # [low, high], 95 %
     interval: str = ""  # how that interval was found
+    pair_speedups: list[float] | None = None  # CPU: each fresh process pair's own median ratio (Batch.pairs)
     floor: str = ""  # the physical floor the median was held to, worked out, or why there was none
     speed_of_light: SpeedOfLight | None = None  # that floor as numbers (None where there is none)
     cpu_threads: int | None = None

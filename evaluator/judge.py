@@ -21,7 +21,7 @@ from evaluator.hardware import cpu_peak, device_name, peak
 from evaluator.pacing import Paired
 from evaluator.protocol import Cheat, Error, Kernels, Leaks, Probe, Trials
 from evaluator.results import ChildResult
-from evaluator.timing import flush_policy, implausible, method_name, paired_ratio, ratio_interval, summarize
+from evaluator.timing import flush_policy, implausible, method_name, pooled_ratio, ratio_interval, summarize
 from evaluator.trials import timed_rep
 from reference_problems import ProblemMeta
 
@@ -382,14 +382,15 @@ def pooled(outcomes: list[Outcome], paireds: list[Paired]) -> Outcome:
         return first
     reference = [block for _, paired in kept for block in paired.reference]
     candidate = [block for _, paired in kept for block in paired.candidate]
-    speedup, low, high = paired_ratio(reference, candidate)
+    speedup, low, high = pooled_ratio([(paired.reference, paired.candidate) for _, paired in kept])
     reports = [outcome.evidence.timing for outcome, _ in kept]
     timing = reports[0].model_copy(update={
         "calls": sum(r.calls for r in reports), "reference_calls": sum(r.reference_calls or 0 for r in reports),
         "untimed_calls": sum(r.untimed_calls for r in reports), "speedup_interval": [low, high],
+        "pair_speedups": [outcome.speedup for outcome, _ in kept],
         "interval": f"the median of {len(reference)} paired ratios from {len(kept)} pairs of fresh processes, each "
                     "placed in memory at random: the reference timed beside each round of the candidate, before or "
-                    "after it by a secret coin"})
+                    "after it by a secret coin; the interval resamples the pairs, then the ratios in each"})
     method = first.timing.method
     return Outcome(Status.CORRECT, first.evidence.model_copy(update={"timing": timing}),
                    summarize([s for block in candidate for s in block], method), speedup=speedup,

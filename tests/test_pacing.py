@@ -22,7 +22,7 @@ from evaluator.contracts import Evidence, TimingReport
 from evaluator.judge import Outcome, Reference, _Case, _pairing, _timing, pooled
 from evaluator.pacing import MIN_PAIRS, Pacer, Paired
 from evaluator.results import ChildResult
-from evaluator.timing import Pace, bench, cpu_cores, summarize
+from evaluator.timing import Pace, bench, cpu_cores, paired_ratio, pooled_ratio, summarize
 from reference_problems import resolve_problem
 
 SAME = CANDIDATES / "scale_bias_hardswish" / "same_as_reference.py"
@@ -309,6 +309,16 @@ def test_the_pairs_of_processes_are_pooled_and_a_later_failure_decides():
     assert outcome.evidence.timing.calls == 180 and outcome.evidence.timing.reference_calls == 180
     assert "from 3 pairs of fresh processes" in outcome.evidence.timing.interval
     assert outcome.reference.median_ms == 1.0 and outcome.timing.reps == 180
+    assert outcome.evidence.timing.pair_speedups == [0.9, 1.0, 1.3]
     wrong = Outcome(Status.INCORRECT, Evidence(cause="values differ beyond tolerance"))
     outcome = pooled([runs[0][0], wrong], [runs[0][1], Paired()])
     assert outcome.status is Status.INCORRECT and outcome.evidence.cause.startswith("in process pair 2 of 2: values")
+
+
+def test_the_pooled_interval_spans_the_pairs_not_only_the_blocks():
+    """Where a pair's processes lie in memory moves all of its ratios at once: three steady pairs at 0.95, 1.0
+    and 1.05x give an interval of about +-5 %, where order statistics over the 51 ratios as if independent say
+    1.0-1.0x."""
+    pairs = [([[ratio] * 10] * 17, [[1.0] * 10] * 17) for ratio in (0.95, 1.0, 1.05)]
+    assert pooled_ratio(pairs) == (1.0, 0.95, 1.05)
+    assert paired_ratio(*(sum(side, []) for side in zip(*pairs))) == (1.0, 1.0, 1.0)
