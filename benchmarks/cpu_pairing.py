@@ -44,8 +44,9 @@ def _once(job: CandidateJob, settings: EvalSettings, hog: bool) -> float:
         if spinner:
             spinner.join()
     low, high = verdict.evidence.timing.speedup_interval
+    pairs = ", ".join(f"{s:.3f}" for s in verdict.evidence.timing.pair_speedups or [])
     print(f"{job.path.stem:17} paired={settings.paired!s:5} hog={hog!s:5} {verdict.status.value:8} "
-          f"{verdict.speedup:.3f}x (95 %: {low:.3f}-{high:.3f})", flush=True)
+          f"{verdict.speedup:.3f}x (95 %: {low:.3f}-{high:.3f})" + (f" pairs: {pairs}" if pairs else ""), flush=True)
     return verdict.speedup
 
 
