@@ -324,9 +324,10 @@ def _judged(batch: Batch, costs: ProblemCosts | None, prep: _Prepared, compiled:
     if settings.device == "cuda" and "out of memory" in verdict.evidence.cause and ran.beside:
         verdict.evidence.notes.append(f"device memory of the open problems' comparers when it started: {ran.beside[0]}")
     verdict.evidence.sandbox = (result.last("env") or {}).get("sandbox") or {}
-    verdict.wall_s = compiled.wall_s + result.wall_s + sum(more.result.wall_s for more in ran.more)
+    more_s = sum(more.result.wall_s for more in ran.more)
+    verdict.wall_s = compiled.wall_s + result.wall_s + more_s
     if ran.more:
-        verdict.evidence.stage_s["more_pairs"] = round(sum(more.result.wall_s for more in ran.more), 3)
+        verdict.evidence.stage_s["more_pairs"] = round(more_s, 3)
     shutil.rmtree(prep.workdir / "out", ignore_errors=True)
     return verdict
 

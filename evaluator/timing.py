@@ -103,9 +103,14 @@ def paired_ratio(reference_blocks: list[list[float]], candidate_blocks: list[lis
     """(speedup, low, high) from interleaved blocks: block k of each side was timed right beside the other's, so
     what slowed the machine then (another process, a clock change) slowed both, and the ratio of their medians
     cancels it. The median of the per-pair ratios, with its 95 % interval by order statistics."""
-    ratios = [statistics.median(r) / statistics.median(c) for r, c in zip(reference_blocks, candidate_blocks, strict=True)]
+    ratios = _block_ratios(reference_blocks, candidate_blocks)
     low, high = median_interval(ratios)
     return statistics.median(ratios), low, high
+
+
+def _block_ratios(reference_blocks: list[list[float]], candidate_blocks: list[list[float]]) -> list[float]:
+    """Each block pair's reference median over its candidate median."""
+    return [statistics.median(r) / statistics.median(c) for r, c in zip(reference_blocks, candidate_blocks, strict=True)]
 
 
 def pooled_ratio(pairs: list[tuple[list[list[float]], list[list[float]]]], draws: int = 2000) -> tuple[float, float, float]:
@@ -114,7 +119,7 @@ def pooled_ratio(pairs: list[tuple[list[list[float]], list[list[float]]]], draws
     then the ratios within each (a two-level bootstrap, seeded: the same blocks give the same interval). Order
     statistics over the pooled ratios would take them as independent, but where a pair's processes lie in memory
     moves all of its ratios at once: one pair's +-3 % intervals missed each other's by 15 % (stop 29)."""
-    ratios = [[statistics.median(r) / statistics.median(c) for r, c in zip(ref, cand, strict=True)] for ref, cand in pairs]
+    ratios = [_block_ratios(reference, candidate) for reference, candidate in pairs]
     rng = random.Random(0)
     medians = sorted(statistics.median([x for pair in rng.choices(ratios, k=len(ratios))
                                         for x in rng.choices(pair, k=len(pair))]) for _ in range(draws))
