@@ -1,14 +1,14 @@
 """Orchestrates a batch: static checks, parallel compiles, one trusted reference per open problem, then each
-candidate alone on the device, judged in this (parent) process. Yields verdicts; stores nothing."""
+candidate alone on the device, judged in this (parent) process (evaluator.verdicts). Yields verdicts; stores
+nothing."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import shutil
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -21,16 +21,15 @@ from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Ve
 from evaluator.costs import ProblemCosts
 from evaluator.dispatch import IN_FLIGHT, Dispatcher
 from evaluator.gpumemory import ProcessMemory
-from evaluator.hardware import device_name
-from evaluator.judge import Outcome, Reference, ended_badly, harness_call, judge, pooled
+from evaluator.judge import Reference, ended_badly, harness_call
 from evaluator.pacing import Pacer
-from evaluator.protocol import Ack, Go, Leaks
+from evaluator.protocol import Ack, Go
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
 from evaluator.results import ChildResult
 from evaluator.sandbox import Child
 from evaluator.trials import OUTPUT_SUFFIX
+from evaluator.verdicts import Ran, judged, verdict
 from evaluator.static import check_source
-from reference_problems import ProblemMeta
 
 _log = logging.getLogger(__name__)
 
@@ -46,22 +45,6 @@ class _Prepared(BaseModel):
         return self.workdir / "src" / self.job.path.name
 
 
-def _verdict(job: CandidateJob, settings: EvalSettings, status: Status, **kw) -> Verdict:
-    kw.setdefault("device_name", device_name(settings.device))
-    return Verdict(status=status, problem=job.problem.name, solution_sha256=job.sha256, solution_path=str(job.path),
-                   device=settings.device, size=settings.size, torch_version=torch.__version__,
-                   cuda_version=torch.version.cuda, **kw)
-
-
-def _notes(compiled: ChildResult, *results: ChildResult) -> list[str]:
-    notes = []
-    if any((result.last("env") or {}).get("confined") is False for result in results):
-        notes.append("no seccomp filter in this child (not x86-64, or not permitted): the candidate could have signalled kforge")
-    if stragglers := compiled.stragglers + sum(result.stragglers for result in results):
-        notes.append(f"killed {stragglers} process(es) the candidate left running after its child ended")
-    return notes
-
-
 _RUN_BASE_S, _RUN_FACTOR = 20.0, 10.0
 
 
@@ -73,32 +56,18 @@ def run_budget(settings: EvalSettings, ref: Reference) -> EvalSettings:
     return settings.model_copy(update={"limits": settings.limits.model_copy(update={"timeout_s": timeout})})
 
 
-def _speed(outcome: Outcome, ref: Reference) -> dict:
-    """Timings and speedups, reported only for a correct candidate."""
-    timing = outcome.timing
-    if outcome.status is not Status.CORRECT or timing is None:
-        return {}
-    reference = outcome.reference or ref.timing  # timed beside this candidate where the rounds were paired
-    speedup = outcome.speedup or (reference.median_ms / timing.median_ms if reference else None)
-    interval = outcome.evidence.timing and outcome.evidence.timing.speedup_interval
-    if speedup:
-        outcome.evidence.cause += f"; {speedup:.3g}x vs eager" + (f" (95 %: {interval[0]:.3g}-{interval[1]:.3g}x)" if interval else "")
-    return {"candidate": timing, "reference": reference, "compiled_reference": ref.compiled, "speedup": speedup,
-            "speedup_vs_compile": ref.compiled.median_ms / timing.median_ms if ref.compiled else None}
-
-
 def _prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict:
     """Static checks first: a truncated, non-Python or GPU-only candidate costs no compile. The rest get the job's
     bytes in their scratch: the file itself is not read again."""
     settings = batch.settings
     check = check_source(job.text)
     if check.status:
-        return _verdict(job, settings, check.status, evidence=Evidence(stage="parse", cause=check.cause))
+        return verdict(job, settings, check.status, evidence=Evidence(stage="parse", cause=check.cause))
     if check.needs_cuda and settings.device != "cuda":
-        return _verdict(job, settings, Status.SKIPPED,
+        return verdict(job, settings, Status.SKIPPED,
                         evidence=Evidence(stage="parse", cause="skipped: no CUDA device (the candidate builds or uses CUDA code)"))
     if check.cpu_only and settings.device == "cuda":
-        return _verdict(job, settings, Status.SKIPPED,
+        return verdict(job, settings, Status.SKIPPED,
                         evidence=Evidence(stage="parse", cause="skipped: CPU-only extension (load_inline without cuda_sources); use --device cpu"))
     prep = _Prepared(job=job, build_dir=batch.build_root / build_key(job.text, settings.device),
                      workdir=batch.root / f"cand{index:05d}")
@@ -205,7 +174,7 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
     a tensor)."""
     began = []
 
-    def run(take: Hold) -> Verdict | _Ran:
+    def run(take: Hold) -> Verdict | Ran:
         began.append(True)
         try:
             return _run_compiled(batch, problems, prep, take, child or _spawn_candidate(batch, prep, gpu), gpu)
@@ -220,48 +189,29 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
             problems.finished_one(prep.job.problem)
             if child is not None:
                 child.finish(wait=False)
-    verdict = _judged(batch, costs, prep, compiled, ran) if isinstance(ran, _Ran) else ran
-    verdict.evidence.gpu = ran_on
-    return verdict
-
-
-@dataclasses.dataclass
-class _Ran:
-    """What a candidate's run on the device leaves for its judge."""
-
-    result: ChildResult
-    ref: Reference
-    budget: EvalSettings
-    comparisons: dict[str, dict]
-    pacer: Pacer
-    memory: ProcessMemory  # the device memory of the candidate's processes at its leak check's marks
-    waited_s: float  # for the problem's reference
-    comparer_s: dict[str, float]  # of the candidate's stages: its outputs judged (round trips, the comparer's work in them)
-    beside: list[str]  # the open problems' comparers when the device came: evidence for an out-of-memory
-    more: list[_Ran] = dataclasses.field(default_factory=list)  # the same run in further fresh process pairs (CPU)
-
-    def outcome(self, settings: EvalSettings, meta: ProblemMeta, ref: Reference | None = None) -> Outcome:
-        own = self.memory if settings.device == "cuda" else None
-        return judge(self.result, ref or self.ref, meta, self.budget, self.comparisons, self.pacer.paired, own)
+    found = judged(batch, costs, prep.job, compiled, ran) if isinstance(ran, Ran) else ran
+    found.evidence.gpu = ran_on
+    shutil.rmtree(prep.workdir / "out", ignore_errors=True)
+    return found
 
 
 def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold, child: Child,
-                  gpu: str | None) -> Verdict | _Ran:
+                  gpu: str | None) -> Verdict | Ran:
     """The candidate's run, and where Batch.pairs asks for more than one process pair (CPU), the same run again
     in fresh processes on both sides while every run so far is correct with a paired ratio: each is judged in
-    full, and the speedup pools their ratios (_judged)."""
+    full, and the speedup pools their ratios (verdicts.judged)."""
     runs = [_run_pair(batch, problems, prep, take, child, gpu, 0)]
-    while (len(runs) < batch.pairs() and isinstance(runs[-1], _Ran)
+    while (len(runs) < batch.pairs() and isinstance(runs[-1], Ran)
            and runs[-1].outcome(batch.settings, prep.job.problem.meta).speedup is not None):
         runs.append(_run_pair(batch, problems, prep, take, _spawn_candidate(batch, prep, gpu), gpu, len(runs)))
     first, *more = runs
-    if isinstance(first, _Ran):  # a later pair whose reference failed where the first's ran: pool what ran
-        first.more = [ran for ran in more if isinstance(ran, _Ran)]
+    if isinstance(first, Ran):  # a later pair whose reference failed where the first's ran: pool what ran
+        first.more = [ran for ran in more if isinstance(ran, Ran)]
     return first
 
 
 def _run_pair(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold, child: Child, gpu: str | None,
-              pair: int) -> Verdict | _Ran:
+              pair: int) -> Verdict | Ran:
     """The candidate's child (started for `gpu`, told nothing yet) loads while the problem's reference there runs
     (if it has not yet); the candidate then runs on that GPU, where the comparer holds its expected outputs."""
     settings, problem = batch.settings, prep.job.problem
@@ -275,7 +225,7 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold,
         ref = server.ready(take)
     except ReferenceFailed as exc:
         child.finish(wait=False)
-        return _verdict(prep.job, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
+        return verdict(prep.job, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
     waited_s = time.monotonic() - waiting
     if child.result.arrival("loaded") is None:
         take.release()  # the reference ran on it; this child takes it again once loaded
@@ -289,53 +239,13 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold,
         return gpu
 
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=gate)
-    return _Ran(child.finish(), ref, budget, comparisons, pacer, memory, waited_s, waited, beside)
-
-
-def _judged(batch: Batch, costs: ProblemCosts | None, prep: _Prepared, compiled: ChildResult, ran: _Ran) -> Verdict:
-    """The verdict on what the run left, with the problem's FLOPs (waited for here, on no device)."""
-    settings, result, ref = batch.settings, ran.result, ran.ref
-    judged_at = time.monotonic()
-    if costs:
-        ref = dataclasses.replace(ref, flops=costs.flops(prep.job.problem))
-    own = ran.memory if settings.device == "cuda" else None
-    outcome = ran.outcome(settings, prep.job.problem.meta, ref)
-    if ran.more:
-        outcome = pooled([outcome, *(more.outcome(settings, prep.job.problem.meta,
-                                                  dataclasses.replace(more.ref, flops=ref.flops)) for more in ran.more)],
-                         [r.pacer.paired for r in (ran, *ran.more)])
-    judge_s = time.monotonic() - judged_at
-    verdict = _verdict(prep.job, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
-    build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
-    verdict.evidence.compile_s, verdict.evidence.cache_hit = build.get("seconds"), build.get("cache_hit")
-    verdict.evidence.build_steps_s = build.get("steps") or {}
-    verdict.evidence.stage_s = {"compile_child": round(compiled.wall_s, 3), "reference_wait": round(ran.waited_s, 3),
-                                "reference_run": round(ref.run_s, 3), **{f"reference_{k}": v for k, v in ref.stage_s.items()},
-                                **result.stage_seconds(), "judge": round(judge_s, 3),
-                                # within the candidate's stages: its outputs judged, the reference timed beside it
-                                "of_which_comparer": round(ran.comparer_s["comparer"], 3),
-                                "of_which_comparer_work": round(ran.comparer_s["comparer_work"], 3),
-                                "of_which_comparer_recompute": round(ran.comparer_s["comparer_recompute"], 3),
-                                "of_which_reference_blocks": round(ran.pacer.paired.paused_s, 3)}
-    verdict.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
-    verdict.evidence.notes += _notes(compiled, result, *(more.result for more in ran.more))
-    if own is not None and isinstance(why := own.growth(), str) and result.read(Leaks) is not None:
-        verdict.evidence.notes.append(f"leak check counted the memory of the whole device, not the candidate's own: {why}")
-    if settings.device == "cuda" and "out of memory" in verdict.evidence.cause and ran.beside:
-        verdict.evidence.notes.append(f"device memory of the open problems' comparers when it started: {ran.beside[0]}")
-    verdict.evidence.sandbox = (result.last("env") or {}).get("sandbox") or {}
-    more_s = sum(more.result.wall_s for more in ran.more)
-    verdict.wall_s = compiled.wall_s + result.wall_s + more_s
-    if ran.more:
-        verdict.evidence.stage_s["more_pairs"] = round(more_s, 3)
-    shutil.rmtree(prep.workdir / "out", ignore_errors=True)
-    return verdict
+    return Ran(child.finish(), ref, budget, comparisons, pacer, memory, waited_s, waited, beside)
 
 
 def _compile_failure(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict | None:
     """A failed compile is judged at once and waits for no device."""
     failed = ended_badly(compiled, batch.settings.limits.timeout_s, 0)
-    return _verdict(prep.job, batch.settings, failed.status, evidence=failed.evidence) if failed else None
+    return verdict(prep.job, batch.settings, failed.status, evidence=failed.evidence) if failed else None
 
 
 Stage = Callable[[CandidateJob, str], None]
