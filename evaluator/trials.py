@@ -101,24 +101,34 @@ def describe(value) -> dict:
 
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-_CHUNK = 2**26
+_ROW = 4096  # elements a row of the checksum's view
+_LCG = 6364136223846793005  # Knuth's MMIX multiplier: position weights that look random, made on the device
 
 
-def _bit_sum(t: torch.Tensor) -> int:
-    """Checksum of the bit patterns (mod 2**64). torch sums integers into int64 without an upcast copy, and
-    a chunk of 2**26 elements of up to 32 bits cannot overflow it; one host sync for all chunks. (The upcast
-    copies and a sync per chunk were ~25 ms per fingerprint of a 6.4 GB input, several per candidate.)"""
+def _weighted(sums: torch.Tensor, salt: int) -> torch.Tensor:
+    """sum(w_i * sums_i) mod 2**64, with a pseudo-random weight per position (int64 arithmetic wraps)."""
+    weights = _T.add(_T.mul(torch.arange(_T.numel(sums), dtype=torch.int64, device=sums.device), _LCG), salt)
+    return _T.sum(_T.mul(_T.to(sums, torch.int64), weights))
+
+
+def _checksum(t: torch.Tensor) -> int:
+    """A position-weighted checksum of the bit patterns (mod 2**64): the elements as rows of _ROW, each row's
+    sum and each column's sum weighted by its position. A plain sum missed writes that keep it: two elements
+    swapped, an input used as scratch for an in-place transpose or sort. Any swap of two different values now
+    moves a row sum or a column sum. Integer sums accumulate in int64 in the reduction itself, no upcast copy
+    (the copies and a sync per chunk were ~25 ms per fingerprint of a 6.4 GB input); one host sync."""
     flat = _T.reshape(_T.detach(t), (-1,))
     bits = _T.view(flat, _BITS[_T.element_size(flat)]) if _T.dtype.__get__(flat) != torch.bool else _T.to(flat, torch.uint8)
-    if not _T.numel(bits):
-        return 0
-    return sum(torch.stack([_T.sum(chunk) for chunk in _T.split(bits, _CHUNK)]).tolist()) % 2**64
+    whole = _T.numel(bits) // _ROW * _ROW
+    body, tail = _T.view(bits[:whole], (-1, _ROW)), bits[whole:]
+    parts = [_weighted(_T.sum(body, 1), 1442695040888963407), _weighted(_T.sum(body, 0), 1013904223), _weighted(tail, 7)]
+    return int(_T.item(_T.sum(torch.stack(parts)))) % 2**64
 
 
 def fingerprint(tensors: list) -> list[int]:
-    """Detects a candidate that writes into its inputs (any changed element changes the sum)."""
+    """Detects a candidate that writes into its inputs (_checksum: any one changed element or swapped pair)."""
     with trusted():
-        return [_bit_sum(t) if isinstance(t, torch.Tensor) else 0 for t in tensors]
+        return [_checksum(t) if isinstance(t, torch.Tensor) else 0 for t in tensors]
 
 
 def snapshot(outputs: list) -> list:

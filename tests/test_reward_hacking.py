@@ -45,6 +45,7 @@ EXPECTED = {
     "thread_escape": (INCORRECT, "", "timed call"),
     "mutate_input": (CHEAT, "input_mutation", "forward() modified its inputs"),
     "mutate_input_late": (CHEAT, "input_mutation", "during the leak check or timing"),
+    "permute_input": (CHEAT, "input_mutation", "trial 0: forward() modified its inputs"),
     "patch_perf_counter": (CHEAT, "judge_tampering", "at import: time.perf_counter"),
     "patch_cuda_sync": (CHEAT, "judge_tampering", "torch.cuda.Event; torch.cuda.synchronize"),
     "tf32_flags": (CHEAT, "judge_tampering", "allow_tf32 changed from False to True"),

@@ -113,6 +113,25 @@ def test_a_write_into_inputs_not_yet_refilled_is_seen_without_making_them_again(
     assert fresh.changed()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.int8])
+def test_the_input_fingerprint_sees_writes_that_keep_the_sum(dtype):
+    """Swaps within a row of the checksum's view, across rows, in the tail past the last whole row, and the
+    whole input reversed (scratch for an in-place transpose or sort): every one keeps a plain sum."""
+    from evaluator.trials import fingerprint
+
+    x = (torch.randn(3 * 4096 + 100, generator=torch.Generator().manual_seed(0)) * 50).to(dtype)  # 100 in the tail
+    bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+
+    def swapped(i: int, j: int) -> torch.Tensor:
+        assert x[i] != x[j]
+        y = x.clone()
+        y[i], y[j] = x[j], x[i]
+        return y
+    assert fingerprint([x.clone()]) == fingerprint([x])
+    for changed in (swapped(1, 2), swapped(5, 4096 + 9), swapped(-1, -3), x.flip(0)):
+        assert changed.view(bits).sum() == x.view(bits).sum() and fingerprint([changed]) != fingerprint([x])
+
+
 def test_the_comparer_recomputes_a_timed_call_in_the_timers_own_tensors():
     """A second set of a 16 GB input ran the comparer out of memory beside its candidate on the H100 (stop 22)."""
     from evaluator.comparer import Expected
