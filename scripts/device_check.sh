@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "GPU evidence").
 # Usage: bash scripts/device_check.sh [evaluate|repeat N|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
-#        speed-exec|throughput [LEVEL]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|loads|all]
+#        speed-exec|throughput [LEVEL]|fingerprint [GB]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|loads|all]
 # (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +49,7 @@ gpu_tests() {  # every test that needs a GPU: tests/gpu and the GPU reward-hacki
 adversarial() {  # each adversarial candidate on the GPU, with the status kforge gives it
   kf evaluate tests/adversarial --device cuda --size small --jobs 14 --json | tee "$OUT/adversarial.jsonl"
 }
+fingerprint() { python3 benchmarks/fingerprint_cost.py "$@" | tee "$OUT/fingerprint.jsonl"; }  # the input checksum at 0.25-6.4 GB
 memory() { python3 benchmarks/giant_memory.py solutions/avg_pool_2d/*.py | tee "$OUT/memory.json"; }
 speed() {  # the seeds and their repairs: kforge cold, warm, and the naive serial way (--modes picks)
   python3 benchmarks/eval_speed.py $(staged solutions/*/seed_*.py $REPAIRS) --device cuda --size full --jobs 14 "$@" \
@@ -88,7 +89,7 @@ case "$cmd" in
   timeline) timeline "$@" ;;
   speed-exec) KFORGE_FORK_SERVER=0 TAG=_exec speed "$@" ;;  # each child its own interpreter: the fork server's baseline
   throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;; multigpu) multigpu "$@" ;; pairing) pairing "$@" ;; crowd) crowd ;;
-  agent) agent "$@" ;; loads) loads ;;
+  agent) agent "$@" ;; loads) loads ;; fingerprint) fingerprint "$@" ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
 esac
 rc=$?  # the step's status (a failed GPU test included), not the leaderboard's
