@@ -347,6 +347,16 @@ def _run_introspect(chan: Channel, req: IntrospectRequest) -> None:
         chan.send(introspect.measure(path, req.overrides.get(path, {})))
 
 
+def _said(exc: BaseException) -> str:
+    """What the failure says, with a CUDA out-of-memory named as one: PyTorch's allocator, before it raises its
+    out-of-memory error, asks NVML for the device's processes, and NVML does not start in the jail, so what comes
+    out is an internal assert that says nothing of memory (seen on the H100, stop 36)."""
+    text = str(exc)
+    if "nvmlInit_v2_" in text and "CUDACachingAllocator" in text:
+        return f"CUDA out of memory: an allocation failed and PyTorch's report of it stopped at NVML, which the jail withholds ({text})"
+    return text
+
+
 def main(request_fd: int, result_fd: int) -> None:
     """The child's whole life (never returns): its own interpreter's, or a fork of evaluator/forkserver.py's."""
     confined = confine.forbid_touching_parent(network=_own_network())  # before any candidate or problem code runs
@@ -362,7 +372,7 @@ def main(request_fd: int, result_fd: int) -> None:
         sys.stdout.flush()
         os._exit(3)
     except BaseException as exc:  # noqa: BLE001 - every failure of candidate code is a verdict, not a crash
-        chan.send(Error(exc_type=type(exc).__name__, message=str(exc)[-4000:], traceback=traceback.format_exc()[-6000:]))
+        chan.send(Error(exc_type=type(exc).__name__, message=_said(exc)[-4000:], traceback=traceback.format_exc()[-6000:]))
         sys.stdout.flush()
         os._exit(1)
     chan.send(Done())

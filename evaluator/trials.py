@@ -100,9 +100,18 @@ def describe(value) -> dict:
             "dtype": str(_T.dtype.__get__(value)), "device": _T.device.__get__(value).type}
 
 
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-_ROW = 4096  # elements a row of the checksum's view
+_ROW = 4096  # words a row of the checksum's view
 _LCG = 6364136223846793005  # Knuth's MMIX multiplier: position weights that look random, made on the device
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as int64 words (8-byte elements), else int32 words where its bytes divide into them,
+    else its bytes: a view, never a copy of a contiguous tensor."""
+    flat = _T.reshape(_T.detach(t), (-1,))
+    if _T.element_size(flat) == 8:
+        return _T.view(flat, torch.int64)
+    raw = _T.view(flat, torch.uint8)
+    return _T.view(raw, torch.int32) if _T.numel(raw) % 4 == 0 and _T.storage_offset(raw) % 4 == 0 else raw
 
 
 def _weighted(sums: torch.Tensor, salt: int) -> torch.Tensor:
@@ -112,16 +121,16 @@ def _weighted(sums: torch.Tensor, salt: int) -> torch.Tensor:
 
 
 def _checksum(t: torch.Tensor) -> int:
-    """A position-weighted checksum of the bit patterns (mod 2**64): the elements as rows of _ROW, each row's
-    sum and each column's sum weighted by its position. A plain sum missed writes that keep it: two elements
-    swapped, an input used as scratch for an in-place transpose or sort. Any swap of two different values now
-    moves a row sum or a column sum. Integer sums accumulate in int64 in the reduction itself, no upcast copy
-    (the copies and a sync per chunk were ~25 ms per fingerprint of a 6.4 GB input); one host sync."""
-    flat = _T.reshape(_T.detach(t), (-1,))
-    bits = _T.view(flat, _BITS[_T.element_size(flat)]) if _T.dtype.__get__(flat) != torch.bool else _T.to(flat, torch.uint8)
-    whole = _T.numel(bits) // _ROW * _ROW
-    body, tail = _T.view(bits[:whole], (-1, _ROW)), bits[whole:]
-    parts = [_weighted(_T.sum(body, 1), 1442695040888963407), _weighted(_T.sum(body, 0), 1013904223), _weighted(tail, 7)]
+    """A position-weighted checksum of the bits (mod 2**64): the words as rows of _ROW, each row's sum and each
+    column's sum weighted by its position. A plain sum missed writes that keep it: two elements swapped, an
+    input used as scratch for an in-place transpose or sort; any swap of two different words now moves a row or
+    a column sum. The sums wrap in the words' own type: torch upcasts a wider sum by copying the whole tensor
+    (12.8 GB for a 6.4 GB fp32 input: an out-of-memory on the H100). One host sync."""
+    words = _words(t)
+    whole = _T.numel(words) // _ROW * _ROW
+    body, tail, own = _T.view(words[:whole], (-1, _ROW)), words[whole:], _T.dtype.__get__(words)
+    parts = [_weighted(_T.sum(body, 1, dtype=own), 1442695040888963407),
+             _weighted(_T.sum(body, 0, dtype=own), 1013904223), _weighted(tail, 7)]
     return int(_T.item(_T.sum(torch.stack(parts)))) % 2**64
 
 

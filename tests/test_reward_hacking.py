@@ -268,9 +268,11 @@ def _gpu_run(names: list[str], size: str, build_root: Path) -> dict[str, Verdict
 
 @pytest.mark.gpu
 @needs_gpu
-def test_gpu_side_stream_stale_uninitialised_outputs_and_a_permuted_input(gpu_adversarial_build_root):
-    v = _gpu_run(["gpu_side_stream", "gpu_uninitialized", "gpu_cache_by_identity", "gpu_permute_input"], "small",
-                 gpu_adversarial_build_root)
+def test_gpu_side_stream_stale_uninitialised_outputs_a_permuted_input_and_an_out_of_memory(gpu_adversarial_build_root):
+    v = _gpu_run(["gpu_side_stream", "gpu_uninitialized", "gpu_cache_by_identity", "gpu_permute_input",
+                  "gpu_out_of_memory"], "small", gpu_adversarial_build_root)
+    oom = v["gpu_out_of_memory"]
+    assert oom.status is Status.RUNTIME_ERROR and "CUDA out of memory" in oom.evidence.cause, oom.evidence
     assert v["relu_cuda"].status is CORRECT, v["relu_cuda"].evidence
     assert (v["gpu_permute_input"].status, v["gpu_permute_input"].evidence.exploit) == (CHEAT, "input_mutation")
     assert v["gpu_side_stream"].status is INCORRECT and "timed call" in v["gpu_side_stream"].evidence.cause
