@@ -186,10 +186,13 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """SIGINT to the child's group, then SIGKILL after a grace period (at once if the child already ended:
-    what is left of its group are compilers or threads the candidate left behind)."""
+    """SIGINT to the child alone, then SIGKILL to its group after a grace period (at once if the child already
+    ended: what is left of its group are compilers or threads the candidate left behind). In the jail `proc` is
+    the outer process, which passes SIGINT on: sent to the whole group it reached the jailed child twice, and
+    the second could cut its error report short."""
     if proc.poll() is None:
-        _signal_group(proc, signal.SIGINT)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGINT)
         try:
             proc.wait(timeout=_GRACE_S)
         except subprocess.TimeoutExpired:

@@ -8,16 +8,18 @@ import logging
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from evaluator import forkserver
+from evaluator import forkserver, sandbox
 from evaluator.contracts import Limits
 from evaluator.jail_rules import jail_spec
-from evaluator.sandbox import TOKEN_VAR, Child
+from evaluator.sandbox import TOKEN_VAR, Child, jailed, prepare_child
 from test_protocol import _Stray
 
 
@@ -109,3 +111,32 @@ def test_sigint_is_the_polite_stop_either_way(tmp_path: Path, monkeypatch, fork:
     child.proc.wait(timeout=30)
     result = child.finish()
     assert result.returncode == 1 and result.last("error")["exc_type"] == "KeyboardInterrupt", result.messages
+
+
+# Counts the SIGINTs it gets, until a second after the first; what it saw goes to a file in its work dir.
+_COUNT_SIGINTS = """
+import signal, time
+from pathlib import Path
+seen = []
+signal.signal(signal.SIGINT, lambda *_: seen.append(time.monotonic()))
+Path("ready").touch()
+end = time.monotonic() + 60
+while time.monotonic() < end and (not seen or time.monotonic() < seen[0] + 1.0):
+    time.sleep(0.01)
+Path("sigints").write_text(str(len(seen)))
+"""
+
+
+def test_kforges_stop_reaches_a_jailed_child_once(tmp_path: Path) -> None:
+    """The jail's outer process passes SIGINT on to the child; a SIGINT to their whole group reached the child
+    twice, and the second could cut its error report short."""
+    limits = Limits(timeout_s=120)
+    proc = subprocess.Popen(jailed(jail_spec([tmp_path], []), [sys.executable, "-c", _COUNT_SIGINTS]), cwd=tmp_path,
+                            start_new_session=True, preexec_fn=lambda: prepare_child(limits, cap_address_space=False))
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the outer process's handlers are set just after it forks the child
+    sandbox._stop(proc)
+    assert proc.wait(timeout=10) == 0 and (tmp_path / "sigints").read_text() == "1"
+
