@@ -113,6 +113,25 @@ def test_a_write_into_inputs_not_yet_refilled_is_seen_without_making_them_again(
     assert fresh.changed()
 
 
+def test_a_write_into_refilled_inputs_is_seen_in_the_same_tensors(monkeypatch):
+    """After a fill, the fill's values are written again into the inputs themselves to fingerprint them: no
+    second input set beside the candidate's (2 x 17 GB at avg_pool_2d's own size)."""
+    from evaluator import trials
+
+    problem = _small_relu()
+    inputs = trials.make_inputs(problem, 7, "cpu")
+    fresh = trials.FreshInputs(inputs, problem, 7, "cpu")
+    fresh.fill(3)
+    expected = trials.make_inputs(problem, fresh.held(), "cpu")[0]
+    made = trials.make_inputs
+    monkeypatch.setattr(trials, "make_inputs", lambda *args, into=None: made(*args, into=into) if into is not None
+                        else pytest.fail("a second input set was made"))
+    assert not fresh.changed()
+    inputs[0][0, :2] = inputs[0][0, :2].flip(0)  # a swap: what a candidate using its input as scratch leaves
+    assert fresh.changed()
+    assert torch.equal(inputs[0], expected) and not fresh.changed()  # the fill's values again, in place
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.int8, torch.complex128])
 def test_the_input_fingerprint_sees_writes_that_keep_the_sum(dtype):
     """Swaps within a row of the checksum's view, across rows, in the tail past the last whole row, and the
