@@ -15,14 +15,14 @@ TORCH=2.13.0
 if nvidia-smi -L >/dev/null 2>&1; then
     build="CUDA build (nvidia-smi lists a GPU)" spec="torch==$TORCH" index=()
 else
-    build="CPU build (no GPU: nvidia-smi lists none)" spec="torch==$TORCH+cpu"
+    build="CPU build (nvidia-smi lists no GPU)" spec="torch==$TORCH+cpu"
     index=(--index-url https://download.pytorch.org/whl/cpu)
 fi
 
 stamp="$VENV/.kforge-setup"  # what the last successful run installed
 want="$spec [$EXTRAS] $(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-    echo "kforge setup: $VENV is up to date (torch $TORCH, $build)"
+    echo "kforge setup: $VENV is up to date (torch $TORCH, ${build%% (*})"
     exit 0
 fi
 
