@@ -353,7 +353,8 @@ def _said(exc: BaseException) -> str:
     out is an internal assert that says nothing of memory (seen on the H100, stop 36)."""
     text = str(exc)
     if "nvmlInit_v2_" in text and "CUDACachingAllocator" in text:
-        return f"CUDA out of memory: an allocation failed and PyTorch's report of it stopped at NVML, which the jail withholds ({text})"
+        return (f"CUDA out of memory: an allocation failed and PyTorch's report of it stopped at NVML, which the jail "
+                f"withholds ({text})")
     return text
 
 

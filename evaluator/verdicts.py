@@ -66,9 +66,13 @@ class Ran:
     beside: list[str]  # the open problems' comparers when the device came: evidence for an out-of-memory
     more: list[Ran] = dataclasses.field(default_factory=list)  # the same run in further fresh process pairs (CPU)
 
+    def own_memory(self, settings: EvalSettings) -> ProcessMemory | None:
+        """The device memory of the candidate's own processes: read on a GPU only."""
+        return self.memory if settings.device == "cuda" else None
+
     def outcome(self, settings: EvalSettings, meta: ProblemMeta, ref: Reference | None = None) -> Outcome:
-        own = self.memory if settings.device == "cuda" else None
-        return judge(self.result, ref or self.ref, meta, self.budget, self.comparisons, self.pacer.paired, own)
+        return judge(self.result, ref or self.ref, meta, self.budget, self.comparisons, self.pacer.paired,
+                     self.own_memory(settings))
 
 
 def judged(batch: Batch, costs: ProblemCosts | None, job: CandidateJob, compiled: ChildResult, ran: Ran) -> Verdict:
@@ -77,7 +81,6 @@ def judged(batch: Batch, costs: ProblemCosts | None, job: CandidateJob, compiled
     judged_at = time.monotonic()
     if costs:
         ref = dataclasses.replace(ref, flops=costs.flops(job.problem))
-    own = ran.memory if settings.device == "cuda" else None
     outcome = ran.outcome(settings, job.problem.meta, ref)
     if ran.more:
         outcome = pooled([outcome, *(more.outcome(settings, job.problem.meta,
@@ -98,6 +101,7 @@ def judged(batch: Batch, costs: ProblemCosts | None, job: CandidateJob, compiled
                                 "of_which_reference_blocks": round(ran.pacer.paired.paused_s, 3)}
     found.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
     found.evidence.notes += _notes(compiled, result, *(more.result for more in ran.more))
+    own = ran.own_memory(settings)
     if own is not None and isinstance(why := own.growth(), str) and result.read(Leaks) is not None:
         found.evidence.notes.append(f"leak check counted the memory of the whole device, not the candidate's own: {why}")
     if settings.device == "cuda" and "out of memory" in found.evidence.cause and ran.beside:

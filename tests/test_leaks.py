@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import torch
 
+from conftest import ROOT
 from evaluator.leaks import measure_growth, window_calls
 
 
@@ -37,7 +37,7 @@ def test_a_slow_call_that_keeps_memory_is_caught_in_fewer_calls():
     """In a fresh process with the child's malloc settings: in pytest's own process, heap holes freed by earlier
     tests took in a window's first 16 MiB (CI, stop 35: 16 MiB of growth for 32 MiB kept)."""
     ran = subprocess.run([sys.executable, "-c", _SLOW_LEAK], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).parent.parent, check=True)
+                         cwd=ROOT, check=True)
     got = json.loads(ran.stdout)
     assert got["calls"] == 4 and got["kept"] == 8  # two windows of 4 (not 21 calls: 2.1 s), no warm call before
     assert min(got["growth"]) >= 24 * 2**20

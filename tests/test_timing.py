@@ -11,6 +11,7 @@ import timeit
 import pytest
 import torch
 
+from conftest import ROOT
 from evaluator.timing import bench, median_interval, paired_ratio, summarize
 
 
@@ -167,7 +168,7 @@ def test_the_input_fingerprint_copies_nothing():
     """Sums in the words' own type: torch's int64 sum of int32 words copied the whole input first (a 6.4 GB
     input needed 12.8 GB more: out of memory on the H100, stop 36)."""
     ran = subprocess.run([sys.executable, "-c", _FINGERPRINT_PEAK], capture_output=True, text=True, check=True,
-                         timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                         timeout=120, cwd=ROOT)
     assert int(ran.stdout) < 16 * 2**20
 
 
