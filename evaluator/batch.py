@@ -16,13 +16,13 @@ from typing import Callable, TypeVar
 
 import torch
 
-from evaluator import buildcache, gpumemory, precompiled
-from evaluator.contracts import EvalSettings, EvaluatorError, Limits
+from evaluator import buildcache, gpumemory, precompiled, resources
+from evaluator.contracts import EvalSettings, EvaluatorError
 from evaluator.hardware import visible_gpus
 from evaluator.jail_rules import jail_spec, require_layers
 from evaluator.protocol import WARM_GPU, CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
 from evaluator.results import ChildResult
-from evaluator.sandbox import Child, run_tool
+from evaluator.sandbox import COMPILER_IDLE_S, Child, run_tool
 from evaluator.timing import CPU_CHILD_ENV, cpu_cores
 from reference_problems import Problem
 
@@ -32,13 +32,15 @@ _REQUESTS = {"compile": CompileRequest, "candidate": CandidateRequest, "referenc
 
 
 class Batch:
-    """Secrets and scratch space shared by one evaluate() call."""
+    """Secrets and scratch space shared by one evaluate() call. `per_device`: the children that run at once on
+    each device beside the compiles, among which the machine's memory is shared (Batch.compile_slots)."""
 
-    def __init__(self, settings: EvalSettings):
-        self.settings = settings
+    def __init__(self, settings: EvalSettings, per_device: int = 1):
         self.gpus = (settings.gpus or visible_gpus()) if settings.device == "cuda" else [None]
         if not self.gpus:
             raise EvaluatorError("no CUDA device is visible (check CUDA_VISIBLE_DEVICES or --gpus)")
+        self.compile_slots = resources.compile_slots(settings.jobs)
+        self.settings = _sized(settings, self.compile_slots + per_device * len(self.gpus))
         self.root = Path(tempfile.mkdtemp(prefix="kforge-eval-"))  # honours TMPDIR (e.g. /dev/shm for big outputs)
         self.root.chmod(0o711)  # children running as another uid reach their own folders in it, and list none
         self.init_seed = secrets.randbits(31)
@@ -84,7 +86,7 @@ class Batch:
         header it compiles is linked there); stopped with the batch; on CPU off the timing cores, as compiles are."""
         scratch.mkdir(parents=True, exist_ok=True)
         spec = jail_spec([scratch], [self.build_root / "pch"])
-        limits = Limits(timeout_s=precompiled.BUILD_TIMEOUT_S)
+        limits = self.settings.limits.model_copy(update={"timeout_s": precompiled.BUILD_TIMEOUT_S})
         return lambda cmd, log: run_tool(cmd, scratch, spec, limits, log, self.stop, self.cores[1])
 
     def reference_seeds(self) -> list[tuple[str, int]]:
@@ -141,7 +143,8 @@ class Batch:
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
                      jail=self.jail(workdir, build_dir, problem, candidate, publish),
                      env=CPU_CHILD_ENV if timed_on_cpu else warm,
-                     cores=self.cores[1 if publish else 0], fork=not timed_on_cpu)
+                     cores=self.cores[1 if publish else 0], fork=not timed_on_cpu,
+                     idle_s=COMPILER_IDLE_S if publish else None)
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
             gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:
@@ -211,6 +214,13 @@ def on_free_device(batch: Batch, run: Callable[[Hold], T]) -> tuple[T, str | Non
     finally:
         if hold.held:
             batch.give_back(hold.device)
+
+
+def _sized(settings: EvalSettings, children: int) -> EvalSettings:
+    """The settings with each child's memory and task limits sized to this machine for `children` at once."""
+    memory_mb, processes = resources.child_share(settings.limits.memory_mb, settings.limits.processes, children)
+    return settings.model_copy(update={"limits": settings.limits.model_copy(update={"memory_mb": memory_mb,
+                                                                                     "processes": processes})})
 
 
 LOCK_DIR = Path("/tmp/kforge-device-locks")  # one place for every kforge process of the machine, whatever its TMPDIR

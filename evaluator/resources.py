@@ -155,6 +155,10 @@ class Cgroup:
         """The files the child writes '0' into to join (evaluator/jail.py)."""
         return [str(d / "cgroup.procs") for d in self.dirs.values()]
 
+    def pids(self) -> list[int]:
+        """Every process in it, as kforge's PID namespace numbers them."""
+        return _pids(next(iter(self.dirs.values())))
+
     def _memory_dir(self) -> Path:
         return self.dirs.get("memory") or self.dirs["unified"]
 
@@ -296,6 +300,24 @@ def compile_slots(requested: int) -> int:
     if available is None:
         return requested
     return max(1, min(requested, (available - BATCH_RESERVE_MB) // COMPILE_PEAK_MB))
+
+
+# Tasks (processes and threads) one child needs: at rest ~40 (the interpreter, torch's pools, CUDA's threads), and
+# a build adds ninja's cores + 2 jobs of up to 5 processes each (nvcc's driver, cudafe++, cicc, ptxas, fatbinary);
+# 4x margin on both. A fork bomb then takes no more than its share of a small machine's process table.
+TASKS_AT_REST = 256
+TASKS_PER_CORE = 32
+
+
+def child_share(memory_mb: int, processes: int, children: int) -> tuple[int, int]:
+    """The memory and task limits of each of `children` running at once, no larger than asked: their memory limits
+    together within what the host has available (so a child meets its own limit before the kernel's OOM killer
+    picks a victim for the machine), yet none below a compile's peak, which compile_slots made room for; tasks
+    by the cores, which run them."""
+    available = _available_mb()
+    if available is not None:
+        memory_mb = min(memory_mb, max(COMPILE_PEAK_MB, available // max(1, children)))
+    return memory_mb, min(processes, TASKS_AT_REST + TASKS_PER_CORE * (os.cpu_count() or 1))
 
 
 def _available_mb() -> int | None:

@@ -9,9 +9,18 @@ from typing import TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
+from evaluator.contracts import Status
 from evaluator.protocol import CANDIDATE_EVENTS, Message, misfits
 
 M = TypeVar("M", bound=Message)
+
+
+class Budget(BaseModel):
+    """A budget of the parent's own that a child was stopped at (its compilers idle, its disk quota): the judge's
+    readings of how it ended (a timeout of the whole limit, a kill) would misname it."""
+
+    status: Status
+    cause: str
 
 
 class ChildResult(BaseModel):
@@ -26,6 +35,7 @@ class ChildResult(BaseModel):
     started: float = 0.0  # time.monotonic() when the request went out: the child's clock starts here
     wall_s: float = 0.0
     stragglers: int = 0  # processes still carrying the child's token after it ended (killed)
+    over: Budget | None = None  # the parent's budget it was stopped at, if any
     log_path: Path
 
     def last(self, event: str) -> dict | None:

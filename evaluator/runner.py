@@ -4,8 +4,10 @@ nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -21,12 +23,12 @@ from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Ve
 from evaluator.costs import ProblemCosts
 from evaluator.dispatch import IN_FLIGHT, Dispatcher
 from evaluator.gpumemory import ProcessMemory
-from evaluator.judge import Reference, ended_badly, harness_call
+from evaluator.judge import Outcome, Reference, ended_badly, harness_call
 from evaluator.pacing import Pacer
 from evaluator.protocol import Ack, Go
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
-from evaluator.results import ChildResult
-from evaluator.sandbox import Child
+from evaluator.results import Budget, ChildResult
+from evaluator.sandbox import LOG, Child
 from evaluator.trials import OUTPUT_SUFFIX
 from evaluator.verdicts import Ran, judged, verdict
 from evaluator.static import check_source
@@ -97,7 +99,7 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
     said = buildcache.prepare_headers(prep.job.text, batch.build_root, prep.workdir / "pch", batch.tool(prep.workdir / "pch"))
     _log.info("precompiled headers for %s: %s", prep.job.path, "; ".join(said) or "none wanted")
     result = batch.run("compile", prep.job.problem, workdir, prep.build_dir, prep.candidate)
-    outcome = ended_badly(result, batch.settings.limits.timeout_s, 0)
+    outcome = _ended_badly(batch, result)
     memo.parent.mkdir(parents=True, exist_ok=True)
     if outcome is None and _published(workdir, prep):
         built.touch()
@@ -107,7 +109,37 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
             log = memo.with_suffix(".failed.log")
             log.write_bytes(text.encode())
             failed.write_text(result.model_copy(update={"log_path": log}).model_dump_json())
+    _free(workdir)
     return result
+
+
+def _ended_badly(batch: Batch, result: ChildResult) -> Outcome | None:
+    """How a compile child ended if not well: the budget the parent stopped it at, else as the judge reads it."""
+    if result.over:
+        return Outcome(result.over.status, Evidence(stage=result.stage, cause=result.over.cause,
+                                                    log_tail=result.log_tail(2000)))
+    return ended_badly(result, batch.settings.limits.timeout_s, 0)
+
+
+def _free(workdir: Path) -> None:
+    """A child's scratch and its view of the cache, removed once it ended and its build was published: what it
+    wrote holds the disk no longer than the child, not until the batch ends. Its log stays (a verdict quotes it)."""
+    for path in [*(p for p in workdir.iterdir() if p.name != LOG), buildcache.view_dir(workdir)]:
+        _remove(path)
+
+
+def _remove(path: Path) -> None:
+    """rmtree, also of dirs left at mode 000 (overlayfs's work dir, or a child's own), which a parent without root
+    could not list. The child's processes are gone: nothing swaps a dir for a link meanwhile."""
+    for top, dirs, _ in os.walk(path):
+        for name in dirs:
+            if not os.path.islink(os.path.join(top, name)):
+                with contextlib.suppress(OSError):
+                    os.chmod(os.path.join(top, name), 0o700)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _published(workdir: Path, prep: _Prepared) -> bool:
@@ -125,7 +157,7 @@ def _already_built(prep: _Prepared) -> ChildResult:
     """What a compile child that found the build in place reports, without starting one."""
     now = time.monotonic()
     messages = [{"event": "compiled", "seconds": 0.0, "cache_hit": True, "steps": {}, "_t": now}, {"event": "done", "_t": now}]
-    return ChildResult(messages=messages, returncode=0, started=now, log_path=prep.workdir / "compile" / "child.log")
+    return ChildResult(messages=messages, returncode=0, started=now, log_path=prep.workdir / "compile" / LOG)
 
 
 def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: dict[str, dict], pacer: Pacer,
@@ -189,10 +221,20 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
             problems.finished_one(prep.job.problem)
             if child is not None:
                 child.finish(wait=False)
-    found = judged(batch, costs, prep.job, compiled, ran) if isinstance(ran, Ran) else ran
+    found = _within_budgets(judged(batch, costs, prep.job, compiled, ran), ran) if isinstance(ran, Ran) else ran
     found.evidence.gpu = ran_on
-    shutil.rmtree(prep.workdir / "out", ignore_errors=True)
+    _free(prep.workdir)
     return found
+
+
+def _within_budgets(found: Verdict, ran: Ran) -> Verdict:
+    """A run whose child the parent stopped at a budget of its own is judged by that budget: the judge read a
+    kill, or whatever the cut-off run left."""
+    over: Budget | None = next((r.result.over for r in [ran, *ran.more] if r.result.over), None)
+    if over is None:
+        return found
+    evidence = found.evidence.model_copy(update={"cause": over.cause, "exploit": ""})
+    return found.model_copy(update={"status": over.status, "speedup": None, "evidence": evidence})
 
 
 def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold, child: Child,
@@ -244,7 +286,7 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold,
 
 def _compile_failure(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict | None:
     """A failed compile is judged at once and waits for no device."""
-    failed = ended_badly(compiled, batch.settings.limits.timeout_s, 0)
+    failed = _ended_badly(batch, compiled)
     return verdict(prep.job, batch.settings, failed.status, evidence=failed.evidence) if failed else None
 
 
@@ -257,9 +299,9 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
     reference is open. `on_stage(job, stage)` hears each job enter compiling, waiting (compiled, for a device
     or its problem's reference) and running (called from worker threads). However it ends (Ctrl-C, or the
     caller closing the generator), running children are stopped and the scratch space removed."""
-    batch = Batch(settings)
+    batch = Batch(settings, per_device=IN_FLIGHT)
     batch.on_stage = on_stage or (lambda job, stage: None)
-    slots = resources.compile_slots(settings.jobs)
+    slots = batch.compile_slots
     if slots < settings.jobs:
         _log.warning("%d compiles at once, not %d: the host's available memory holds no more (~%.1f GB each)",
                      slots, settings.jobs, resources.COMPILE_PEAK_MB / 1024)

@@ -11,6 +11,7 @@ import ctypes
 import json
 import logging
 import os
+import re
 import resource
 import secrets
 import signal
@@ -25,9 +26,9 @@ from typing import Callable, Iterator
 from pydantic import BaseModel
 
 from evaluator import forkserver, resources
-from evaluator.contracts import Limits
+from evaluator.contracts import Limits, Status
 from evaluator.protocol import Request
-from evaluator.results import ChildResult
+from evaluator.results import Budget, ChildResult
 
 _log = logging.getLogger(__name__)
 
@@ -43,6 +44,21 @@ _GRACE_S = 2.0  # after SIGINT, before SIGKILL: torch's build removes its lock f
 _PR_SET_PDEATHSIG = 1
 TOKEN_VAR = "KFORGE_CHILD_TOKEN"  # marks every process a child starts, so none can outlive it unnoticed
 _TOKEN_LEN = 32
+LOG = "child.log"  # in a child's scratch: its stdout and stderr, shown only as evidence
+# A compile child in which no compiler used any CPU this long is stopped (`timeout`): an honest one goes without
+# only while Python runs between builds (its candidate's import, torch writing the ninja file, loading the
+# library: seconds), while a hang or a sleep at import held its compile slot for the whole 900 s limit.
+COMPILER_IDLE_S = 45.0
+# What one child may keep on disk, all its files together (its scratch, its view of the cache, files it holds
+# open after unlinking them): a build with its compiler's temporaries (tens of MB), and on CPU one call's outputs
+# handed over as a file (relu at full size: 1 GiB, the largest here). Also the largest single file (RLIMIT_FSIZE):
+# without a total, 16 files of 256 MiB, each under the per-file limit, held 4 GiB until the batch ended.
+DISK_QUOTA_MB = 2_048
+SCRATCH_ENTRIES = 10_000  # files and dirs: a build makes tens, torch.compile's cache in TMPDIR hundreds
+_WATCH_S = 1.0  # how often the parent reads a child's disk and compilers: each read walks its scratch
+# toolchain programs, by the file a process runs (x86_64-linux-gnu-g++-12, ld.bfd, cc1plus, cicc...)
+_TOOLCHAIN = re.compile(r"(?:[\w.-]+-)?(cc1|cc1plus|collect2|lto1|lto-wrapper|ld(?:\.\w+)?|as|gcc|g\+\+|c\+\+|cc"
+                        r"|clang|clang\+\+|ninja|nvcc|cicc|ptxas|cudafe\+\+|fatbinary|nvlink|nvprune)(?:-[\d.]+)?")
 
 
 def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
@@ -110,7 +126,8 @@ def start_children() -> None:
 def prepare_child(limits: Limits, cap_address_space: bool, cores: set[int] | None = None) -> None:
     """Runs in the child before exec. CUDA reserves huge virtual ranges, so RLIMIT_AS only for CPU runs.
     RLIMIT_CPU caps each process at the CPU seconds its wall budget could use on every core.
-    RLIMIT_FSIZE caps each file it writes (Python then gets EFBIG); RLIMIT_NPROC would not bind root.
+    RLIMIT_FSIZE caps each file it writes at most at the disk quota (Python then gets EFBIG); RLIMIT_NPROC would
+    not bind root.
     SIGINT is the polite stop (Python turns it into KeyboardInterrupt, and torch's build then removes its
     lock file), so it must not be inherited as ignored; the child gets it too if kforge itself dies. `cores`:
     where it and every thread and process it starts run (timing.cpu_cores)."""
@@ -121,7 +138,7 @@ def prepare_child(limits: Limits, cap_address_space: bool, cores: set[int] | Non
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     cpu = int(limits.timeout_s * (os.cpu_count() or 1)) + 1  # no process may use more CPU than the wall budget allows
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-    fsize = limits.file_size_mb * 2**20
+    fsize = min(limits.file_size_mb, DISK_QUOTA_MB) * 2**20
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     if cap_address_space:
         cap = limits.memory_mb * 2**20
@@ -163,19 +180,112 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
-def _kill_stragglers(token: str) -> int:
-    """SIGKILL every process that still carries the child's token: daemons that left its process group
-    (double fork + setsid) would otherwise keep running, e.g. burning CPU while the next reference is timed."""
+def _carrying(token: str) -> list[int]:
+    """Every process that carries the child's token in its environment."""
     marker = f"{TOKEN_VAR}={token}".encode()
-    killed = 0
+    found = []
     for entry in Path("/proc").iterdir():
         try:
             if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
+                found.append(int(entry.name))
         except OSError:
             continue
+    return found
+
+
+def _kill_stragglers(token: str) -> int:
+    """SIGKILL every process that still carries the child's token: daemons that left its process group
+    (double fork + setsid) would otherwise keep running, e.g. burning CPU while the next reference is timed."""
+    killed = 0
+    for pid in _carrying(token):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
     return killed
+
+
+def _compiler_ticks(pid: int, writable: tuple[str, ...]) -> int | None:
+    """The CPU ticks a toolchain program has used, or None if the process runs none: judged by the file it runs,
+    which a candidate cannot rename as it can its process (prctl), and which must not lie where the child writes."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    if exe.startswith(writable) or not _TOOLCHAIN.fullmatch(os.path.basename(exe)):
+        return None
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _disk_use(dirs: list[Path], pids: list[int]) -> tuple[int, int]:
+    """Bytes on disk and entries of the files under `dirs` (links not followed) and of the files the processes
+    hold open after unlinking them, each file counted once; only on the dirs' file systems (a memfd is memory,
+    which the cgroup counts). The walk stops past SCRATCH_ENTRIES: its cost is bounded whatever the child made."""
+    seen: dict[tuple[int, int], int] = {}
+    devices = {d.stat().st_dev for d in dirs if d.exists()}
+    for fd in (entry for pid in pids for entry in _scan(f"/proc/{pid}/fd")):
+        with contextlib.suppress(OSError):
+            st = os.stat(fd.path)
+            if st.st_nlink == 0 and st.st_dev in devices:
+                seen[st.st_dev, st.st_ino] = st.st_blocks * 512
+    stack = [str(d) for d in dirs]
+    while stack and len(seen) <= SCRATCH_ENTRIES:
+        for entry in _scan(stack.pop()):
+            with contextlib.suppress(OSError):  # gone meanwhile
+                st = entry.stat(follow_symlinks=False)
+                seen[st.st_dev, st.st_ino] = st.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return sum(seen.values()), len(seen)
+
+
+def _scan(path: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(path) as entries:
+            return list(entries)
+    except OSError:
+        return []
+
+
+class _Watch:
+    """The parent's own budgets of one child, read from outside every _WATCH_S: its disk (DISK_QUOTA_MB,
+    SCRATCH_ENTRIES) and, in a compile child (`idle_s`), whether a compiler still runs. `writes`: the dirs it
+    writes; `exes`: where a program it runs is its own, not the system's."""
+
+    def __init__(self, pids: Callable[[], list[int]], writes: list[Path], exes: list[Path], idle_s: float | None):
+        self.pids, self.writes, self.idle_s = pids, writes, idle_s
+        self.exes = tuple(f"{p}/" for p in exes)
+        self.ticks: dict[int, int] = {}
+        self.compiled = 0.0  # time.monotonic() when a compiler was last seen working
+        self.next = 0.0
+
+    def over(self, result: ChildResult) -> Budget | None:
+        now = time.monotonic()
+        if now < self.next:
+            return None
+        self.next = now + _WATCH_S
+        pids = self.pids()
+        return self._disk(pids, result.stage) or self._idle(pids, result.started, now, result.stage)
+
+    def _disk(self, pids: list[int], stage: str) -> Budget | None:
+        used, entries = _disk_use(self.writes, pids)
+        if used > DISK_QUOTA_MB * 2**20 or entries > SCRATCH_ENTRIES:
+            return Budget(status=Status.RUNTIME_ERROR, cause=f"over its disk quota of {DISK_QUOTA_MB:,} MB and "
+                          f"{SCRATCH_ENTRIES:,} files: {used / 2**20:,.0f} MB in {entries:,} files and dirs (stage: {stage})")
+        return None
+
+    def _idle(self, pids: list[int], started: float, now: float, stage: str) -> Budget | None:
+        """A compiler that used CPU since the last read (or newly started) keeps the compile child going; the
+        clock starts with its request."""
+        if self.idle_s is None or not started:
+            return None
+        ticks = {pid: t for pid in pids if (t := _compiler_ticks(pid, self.exes)) is not None}
+        if any(t > self.ticks.get(pid, -1) for pid, t in ticks.items()):
+            self.compiled = now
+        self.ticks = ticks
+        if now - max(self.compiled, started) > self.idle_s:
+            return Budget(status=Status.TIMEOUT, cause=f"no compiler ran for {self.idle_s:.0f} s (stage: {stage})")
+        return None
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
@@ -206,16 +316,18 @@ class Child:
     `wait_for`): the reference server answers comparisons, a candidate waits for each handoff to be judged.
     `on_message` runs in the reader thread for every message and may return a line to send back (a candidate's
     handoff is answered that way). `runner`: a trusted program the child is started under, inside the jail (the
-    profile child's ncu); `cores`: the CPUs it runs on; `fork`: from the fork server (else its own interpreter)."""
+    profile child's ncu); `cores`: the CPUs it runs on; `fork`: from the fork server (else its own interpreter);
+    `idle_s`: how long it may go without a compiler running (a compile child). A jailed child is held to the disk
+    quota."""
 
     def __init__(self, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
                  stop: threading.Event | None = None, on_message: Callable[[dict], BaseModel | None] | None = None,
                  jail: dict | None = None, env: dict[str, str] | None = None, runner: list[str] | None = None,
-                 cores: set[int] | None = None, fork: bool = True):
+                 cores: set[int] | None = None, fork: bool = True, idle_s: float | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
-        self.result = ChildResult(log_path=workdir / "child.log", spawned=time.monotonic())
+        self.result = ChildResult(log_path=workdir / LOG, spawned=time.monotonic())
         self._arrived = threading.Condition()
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
@@ -240,6 +352,18 @@ class Child:
         self._lock = threading.Lock()  # the reader thread answers handoffs while the caller may send
         self._reader = threading.Thread(target=self._read, args=(res_r,), daemon=True)
         self._reader.start()
+        self._watch = self._watching(jail, idle_s) if jail else None
+
+    def _watching(self, jail: dict, idle_s: float | None) -> _Watch:
+        """The watch of what the jail lets it write: its scratch and the upper layer of its view of the cache (its
+        own build dir there is the cache's, seen through that view)."""
+        view = jail.get("view") or {}
+        writes = [Path(p) for p in [*jail["write"], *filter(None, [view.get("dir")])]]
+        return _Watch(self.pids, writes, [*writes, *filter(None, [view.get("own")])], idle_s)
+
+    def pids(self) -> list[int]:
+        """Its processes: those in its cgroup, else those carrying its token."""
+        return self.cgroup.pids() if self.cgroup else _carrying(self.token)
 
     def _read(self, fd: int) -> None:
         """Each message is stamped with the parent's clock on arrival: the child's timings are checked against it."""
@@ -300,18 +424,25 @@ class Child:
                 if found or not self._reader.is_alive():
                     return found
                 self._arrived.wait(timeout=_MEMORY_POLL_S)
-            self.result.cancelled = self.stop.is_set()
-            self.result.timed_out = time.monotonic() > deadline
-            self.result.memory_exceeded = _rss_bytes(self.proc.pid) > self.limits.memory_mb * 2**20
-            if self.result.cancelled or self.result.timed_out or self.result.memory_exceeded:
+            if self._ended_early(deadline):
                 return None
+
+    def _ended_early(self, deadline: float) -> bool:
+        """Whether it must be stopped now: the batch was stopped, its time or host memory ran out, or a budget of the
+        parent's own (recorded in result.over; compilers idle is a timeout)."""
+        result = self.result
+        result.cancelled = self.stop.is_set()
+        result.memory_exceeded = _rss_bytes(self.proc.pid) > self.limits.memory_mb * 2**20
+        result.over = self._watch.over(result) if self._watch else None
+        result.timed_out = time.monotonic() > deadline or bool(result.over and result.over.status is Status.TIMEOUT)
+        return result.cancelled or result.timed_out or result.memory_exceeded or result.over is not None
 
     def finish(self, wait: bool = True) -> ChildResult:
         """Wait for the child to end (timeout, memory, stop) unless told not to, then close its request pipe and
         stop it and whatever it left behind."""
         try:
             if wait:
-                _wait(self.proc, self.limits, self.result, self.stop)
+                self._wait()
             else:
                 self.result.wall_s = time.monotonic() - self.result.started
         finally:
@@ -326,6 +457,14 @@ class Child:
         self._reader.join(timeout=5)
         return self.result
 
+    def _wait(self) -> None:
+        """Until it ends, or must be stopped."""
+        deadline = self.result.started + self.limits.timeout_s
+        while self.proc.poll() is None and not self._ended_early(deadline):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=_MEMORY_POLL_S)
+        self.result.wall_s = time.monotonic() - self.result.started
+
 
 def _parse(line: bytes) -> dict:
     try:
@@ -333,22 +472,3 @@ def _parse(line: bytes) -> dict:
     except ValueError:
         message = None
     return message if isinstance(message, dict) else {"event": "garbled", "text": line[:200].decode(errors="replace")}
-
-
-def _wait(proc: subprocess.Popen, limits: Limits, result: ChildResult, stop: threading.Event) -> None:
-    start = result.started
-    while proc.poll() is None:
-        if stop.is_set():
-            result.cancelled = True
-            break
-        if time.monotonic() - start > limits.timeout_s:
-            result.timed_out = True
-            break
-        if _rss_bytes(proc.pid) > limits.memory_mb * 2**20:
-            result.memory_exceeded = True
-            break
-        try:
-            proc.wait(timeout=_MEMORY_POLL_S)
-        except subprocess.TimeoutExpired:
-            pass
-    result.wall_s = time.monotonic() - start
