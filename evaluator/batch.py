@@ -46,7 +46,6 @@ class Batch:
         self.init_seed = secrets.randbits(31)
         self.trial_seeds = [(f"trial_{i}", secrets.randbits(31)) for i in range(settings.trials)]
         self.timing_seed, self.verify_seed = secrets.randbits(31), secrets.randbits(31)
-        self.probe_fraction = 0.2 + 0.6 * secrets.randbelow(1000) / 1000  # which timed rep gets its output checked
         self.build_root = settings.build_root or DEFAULT_BUILD_ROOT
         # (timing cores, the others) where the device is the CPU; a GPU's children run where the scheduler puts them
         self.cores = cpu_cores(settings.cpu_threads, os.sched_getaffinity(0)) if settings.device == "cpu" else (None, None)
@@ -100,8 +99,7 @@ class Batch:
             return {}
         seeds = self.reference_seeds() if role == "reference" \
             else secrets.SystemRandom().sample(self.trial_seeds, len(self.trial_seeds))
-        return {"seeds": seeds, "timing_seed": self.timing_seed, "verify_seed": self.verify_seed,
-                "probe_fraction": self.probe_fraction}
+        return {"seeds": seeds, "timing_seed": self.timing_seed, "verify_seed": self.verify_seed}
 
     def pairs(self, role: str = "candidate") -> int:
         """The fresh process pairs (reference, candidate) a correct candidate is timed in: on CPU with paired

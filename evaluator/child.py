@@ -22,9 +22,9 @@ import torch
 
 from evaluator import (comparer, confine, extensions, guard, hardware, introspect, jail, leaks, loading, precompiled,
                        timing, trials)
-from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, Go, IntrospectRequest,
+from evaluator.protocol import (CandidateRequest, Check, Cheat, Compiled, Done, Env, Error, Go, IntrospectRequest,
                                 LeakMark, Leaks, Loaded, Memory, Message, Outputs, Pace, Probe, Profiled, ProfileRequest,
-                                Ready, ReferenceRequest, Request, Stage, Timing, Trials, WARM_GPU, read_request)
+                                Ready, ReferenceRequest, Rep, Request, Stage, Timing, Trials, WARM_GPU, read_request)
 
 
 class Channel:
@@ -81,40 +81,30 @@ def _sync(device: str):
     return torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
 
-_CHECKED_REPS = 3  # timed reps at secret positions whose outputs are checked, besides the last one
-_SNAPSHOT_SHARE = 0.1  # of the device's memory: what the kept snapshots may take together (6.4 GB outputs: one)
+_SNAPSHOT_SHARE = 0.1  # of the device's memory: what a kept snapshot may take (6.4 GB outputs: one)
 
 
 class _Keeper:
-    """on_rep hook of the timed loop: snapshots the outputs of _CHECKED_REPS reps at secret positions among those
-    sure to run, and of every rep that may be the last (each replaces the one before), under the label of the
-    inputs they were computed from. As many as fit in `budget` bytes, secret ones first, and at least one: four
-    copies of a 7.5 GB output beside the candidate's own tensors ran an H100 out of memory (issue 17)."""
+    """on_rep hook of the timed loop. After each rep's timer stopped the parent is asked whether to compare it
+    (`ask`, answered at random out of this process's reach), and its outputs are handed over at once if so.
+    Every rep that may be the last is snapshotted (each replacing the one before) under the label of the
+    inputs it was computed from, and handed over after timing: a candidate that goes wrong at the end is seen
+    too. No snapshot when one would take more than `budget` bytes."""
 
-    def __init__(self, fraction: float, label, budget: int):
-        self.fraction, self.label, self.budget = fraction, label, budget
-        self.slots = 0  # snapshots that fit, from the first rep's output size
-        self.kept: dict[str, list] = {}
+    def __init__(self, ask, save, label, budget: int):
+        self.ask, self.save, self.label, self.budget = ask, save, label, budget
         self.last: dict[str, list] = {}
 
     def __call__(self, i: int, least: int, checkpoint: bool, out) -> None:
         tensors = trials.as_tensors(out)
-        if not self.slots:
-            self.slots = max(1, min(_CHECKED_REPS + 1, self.budget // max(1, trials.nbytes(tensors))))
-        checked = min(_CHECKED_REPS, self.slots)
-        secret = i in {int((self.fraction + k / checked) % 1 * least) for k in range(checked)}
-        last = checkpoint and self.slots > _CHECKED_REPS
-        if not (secret or last):
-            return
-        outputs = {self.label(): trials.snapshot(tensors)}
-        if secret:
-            self.kept.update(outputs)
-        if last:
-            self.last = outputs
+        if self.ask(i, least):
+            self.save(tensors, self.label())
+        if checkpoint and trials.nbytes(tensors) <= self.budget:
+            self.last = {self.label(): trials.snapshot(tensors)}
 
     def take(self) -> dict[str, list]:
-        """The snapshots, handed over once (the keeper keeps none of them)."""
-        taken, self.kept, self.last = self.kept | self.last, {}, {}
+        """The last snapshot, handed over once (the keeper keeps none of it)."""
+        taken, self.last = self.last, {}
         return taken
 
 
@@ -140,18 +130,19 @@ def _time(chan: Channel, req: CandidateRequest | ReferenceRequest, call, fresh: 
 
 
 def _probe(req: CandidateRequest, model, problem, fresh: trials.FreshInputs, changed: bool, kept: dict[str, list],
-           save) -> Probe:
-    """Outputs of timed calls, then one more call after fresh data was written into the same input tensors."""
+           save, handed: set[str]) -> Probe:
+    """The last timed call's outputs (unless already handed over), then one more call after fresh data was
+    written into the same input tensors."""
     device = req.device
     _sync(device)()
     inputs, changed = fresh.inputs, changed or fresh.changed()
-    outputs = {label: save(outs, label) for label, outs in kept.items()}
+    outputs = {label: save(outs, label) for label, outs in kept.items() if label not in handed}
     kept.clear()
-    if trials.refill(inputs, problem, req.verify_seed, device, fresh.held()):
-        with torch.no_grad():
-            value = model(*inputs)
-        _sync(device)()
-        outputs["verify"] = save(trials.as_tensors(value), "verify")
+    trials.refill(inputs, problem, req.verify_seed, device)
+    with torch.no_grad():
+        value = model(*inputs)
+    _sync(device)()
+    outputs["verify"] = save(trials.as_tensors(value), "verify")
     return Probe(outputs=outputs, inputs_changed=changed)
 
 
@@ -185,6 +176,13 @@ def _handoff(chan: Channel, requests, req: CandidateRequest):
     return trials.handoff(Path(req.out_dir), req.device, send)
 
 
+def _asker(chan: Channel, requests):
+    """After a timed call: whether the parent wants its outputs now."""
+    def ask(rep: int, least: int) -> bool:
+        return Check.model_validate_json(_ask(chan, requests, Rep(which=rep, least=least), "it chose the checks")).check
+    return ask
+
+
 def _marker(chan: Channel, requests, device: str):
     """The leak check's marks on a GPU: the child waits at each while the parent reads its device memory."""
     def mark(which: int) -> None:
@@ -194,7 +192,7 @@ def _marker(chan: Channel, requests, device: str):
 
 
 def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: extensions.KernelWatch, check, save,
-                   pace, mark) -> None:
+                   pace, mark, ask) -> None:
     """Correctness (watched), leak check, timing with output snapshots, and a stale-result probe."""
     device = req.device
     chan.send(Stage(stage="correctness"))
@@ -211,11 +209,16 @@ def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: 
     check("leak")
     if req.timing.enabled:
         changed = fresh.changed()  # by the leak check's calls: the fills below overwrite the inputs
-        keeper = _Keeper(req.probe_fraction, fresh.label, int(_SNAPSHOT_SHARE * hardware.device_memory(device)))
+        handed: set[str] = set()
+
+        def hand(tensors: list, label: str) -> None:
+            handed.add(label)
+            save(tensors, label)
+        keeper = _Keeper(ask, hand, fresh.label, int(_SNAPSHOT_SHARE * hardware.device_memory(device)))
         _time(chan, req, call, fresh, on_rep=keeper, pace=pace if req.timing.paired else None)
         check("timing")
         chan.send(Stage(stage="probe"))
-        chan.send(_probe(req, model, problem, fresh, changed, keeper.take(), save))
+        chan.send(_probe(req, model, problem, fresh, changed, keeper.take(), save, handed))
         check("probe")
     _memory(chan, device)
 
@@ -310,7 +313,7 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
         return _run_profile(chan, req, trials.build_model(module.ModelNew, problem, req.init_seed, device), problem)
     watch = extensions.KernelWatch(Path(problem.__file__))
     watch.install()
-    judge = guard.Guard(guard.harness_modules())
+    judge = guard.Guard(guard.harness_modules(problem))
     chan.send(Stage(stage="compile"))
     module, seconds, cached = loading.load_candidate(candidate, build_dir)
     chan.send(Compiled(seconds=seconds, cache_hit=cached, steps={} if cached else loading.build_steps(build_dir)))
@@ -322,7 +325,7 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
         judge.check("in __init__")
         _run_candidate(chan, req, model, problem, watch, lambda stage: judge.check(f"during {stage}"),
                        _handoff(chan, requests, req), _pacer(chan, requests),
-                       _marker(chan, requests, device))
+                       _marker(chan, requests, device), _asker(chan, requests))
 
 
 def _run_profile(chan: Channel, req: ProfileRequest, model, problem) -> None:

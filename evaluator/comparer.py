@@ -57,15 +57,11 @@ class Expected:
         """A label's inputs. A timed call's are written into the timer's own tensors (every timed block refills
         them anyway): a second set of a 16 GB input ran the comparer out of memory beside its candidate (stop 22)."""
         rep = trials.timed_rep(label)
-        if rep is not None and self.timed is not None and self.timed.on:
+        if rep is not None and self.timed is not None:
             self.timed.fill(rep)
-            if self.timed.on:
-                return self.timed.inputs
+            return self.timed.inputs
         seed = self.seeds[label] if rep is None else trials.rep_seed(self.seeds["timing"], rep)
         return trials.make_inputs(self.problem, seed, self.device)
-
-    def described(self, label: str) -> list[dict]:
-        return self.meta["timing" if trials.timed_rep(label) is not None else label]
 
     def others(self, label: str) -> list[str]:
         """What a mismatching output may be instead: every other call the reference ran, and for a timed call
@@ -118,7 +114,9 @@ class Comparer:
 
     def _against(self, got: list, got_meta: list[dict], label: str, trial: int) -> Comparison:
         exp = self.expected
-        return judge_outputs(trial, exp.outputs(label), exp.described(label), got, got_meta, self.atol, self.rtol, exp.device)
+        expected = exp.outputs(label)  # described as they are: a timed call's shapes may differ from the timing call's
+        return judge_outputs(trial, expected, [trials.describe(o) for o in expected], got, got_meta, self.atol,
+                             self.rtol, exp.device)
 
     def compare(self, request: Compare) -> Compared:
         """One handed-over call: its comparison with the expected label, and on a mismatch the other label it

@@ -115,7 +115,11 @@ class Guard:
             raise Tampered(f"{when}: " + "; ".join(found[:8]) + (f" (+{len(found) - 8} more)" if len(found) > 8 else ""))
 
 
-def harness_modules() -> list[types.ModuleType]:
-    """The child's own modules (the entry point runs as __main__)."""
-    names = ("evaluator.timing", "evaluator.trials", "evaluator.leaks", "evaluator.extensions", "evaluator.guard", "__main__")
-    return [sys.modules[n] for n in names if n in sys.modules]
+def harness_modules(problem: types.ModuleType | None = None) -> list[types.ModuleType]:
+    """Every module of the child side: each evaluator module loaded in this process (a forked child's entry point
+    is the fork server's `__main__`, and a module the guard left out, such as the one that lists the checked
+    outputs, was patched unseen), the entry point, and the problem file, whose input and init functions the
+    harness calls between timed calls (a wrapped get_inputs moved the work into the untimed refill)."""
+    own = [m for name, m in sorted(sys.modules.items())
+           if (name == "evaluator" or name.startswith("evaluator.")) and isinstance(m, types.ModuleType)]
+    return [*own, *(m for m in (sys.modules.get("__main__"), problem) if m is not None)]

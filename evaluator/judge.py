@@ -14,6 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from evaluator import diagnose
+from evaluator.checks import Checks
 from evaluator.contracts import EvalSettings, Evidence, Mismatch, SpeedOfLight, Status, TimingReport, TimingStats
 from evaluator.floor import FACTOR, Floor, floor, impossible
 from evaluator.gpumemory import MARKS, ProcessMemory
@@ -131,6 +132,7 @@ class _Case:
     comparisons: dict[str, dict]  # label -> the comparer's answer on that handed-over call
     paired: Paired | None = None  # the reference timed beside the candidate's rounds (evaluator/pacing.py)
     own_memory: ProcessMemory | None = None  # on a GPU: its processes' device memory at the leak check's marks
+    checks: Checks | None = None  # the timed calls kforge asked to compare
     max_abs_err: float = 0.0
     tolerance_used: float = 0.0
 
@@ -187,12 +189,17 @@ def _trials(case: _Case) -> Outcome | None:
 
 
 def _probe(case: _Case) -> Outcome | None:
+    """The timed calls kforge asked for, every other timed call handed over, and the call on fresh data after
+    timing: the child's own list of what it handed over decides nothing."""
+    checks = case.checks
+    if checks is not None and checks.forged:
+        return _cheat("forged_messages", f"the result channel carried {checks.forged}", "timing")
     probe = case.result.read(Probe)
-    if probe is None:
-        return None
-    if probe.inputs_changed:
+    if probe is not None and probe.inputs_changed:
         return _cheat("input_mutation", "forward() modified its inputs during the leak check or timing", "timing")
-    for label in probe.outputs:
+    timed = [label for label in case.comparisons if timed_rep(label) is not None]
+    asked = checks.asked if checks is not None else []
+    for label in dict.fromkeys([*asked, *timed, *(probe.outputs if probe is not None else [])]):
         rep = timed_rep(label)
         what = "a call after new data was written into the same input tensors" if rep is None else f"timed call {rep}"
         if found := case.judge_call(label, -1, f"{what} (after the trials passed)"):
@@ -343,10 +350,10 @@ _CHECKS = (_channel, _caught_in_child, _ended, _trials, _probe, _kernel, _leak, 
 
 
 def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: EvalSettings, comparisons: dict[str, dict],
-          paired: Paired | None = None, own_memory: ProcessMemory | None = None) -> Outcome:
+          paired: Paired | None = None, own_memory: ProcessMemory | None = None, checks: Checks | None = None) -> Outcome:
     """The first failing check decides. The harness only sends well-formed messages, so one the checks
     cannot read was written by the candidate: a verdict, never a crash of kforge."""
-    case = _Case(result, ref, meta, settings, comparisons, paired, own_memory)
+    case = _Case(result, ref, meta, settings, comparisons, paired, own_memory, checks)
     try:
         found = next(filter(None, (check(case) for check in _CHECKS)), None)
     except _MALFORMED as exc:

@@ -70,7 +70,6 @@ class _SeededRequest(_RunRequest):
     seeds: list[tuple[str, int]]
     timing_seed: int
     verify_seed: int
-    probe_fraction: float  # which timed rep gets its output checked
 
 
 class CandidateRequest(_SeededRequest):
@@ -144,6 +143,14 @@ class Go(_Line):
     """To a candidate child, at a `pace`: whether to time another round (the reference's block is timed)."""
 
     go: bool
+
+
+class Check(_Line):
+    """To a candidate child, after a timed call (`rep`): whether to hand that call's outputs over now. Decided
+    by the parent after the call, at random: nothing in the candidate's process knows beforehand which calls
+    are compared."""
+
+    check: bool
 
 
 class TimeBlock(_Line):
@@ -283,6 +290,14 @@ class Pace(Message):
     least: int  # reps that run whatever the answer
 
 
+class Rep(Message):
+    """After each timed call's timer stopped: the parent answers Check."""
+
+    event: Literal["rep"] = "rep"
+    which: int = Field(ge=0)  # the timed rep
+    least: int = Field(ge=1)  # reps that run whatever happens (the parent's odds of a check follow it)
+
+
 class Block(Message):
     """The comparer's answer to TimeBlock: the reference's samples, or why it could not time them."""
 
@@ -378,4 +393,4 @@ class Profiled(Message):
 # What a candidate child sends, and how often: each event once, except one `stage` per stage and one `timing` per
 # kind. Anything else on its channel was written by the candidate.
 CANDIDATE_EVENTS = frozenset(m.model_fields["event"].default for m in (
-    Loaded, Env, Stage, Compiled, Kernels, Trials, LeakMark, Leaks, Timing, Pace, Probe, Memory, Done, Error, Cheat, Outputs))
+    Loaded, Env, Stage, Compiled, Kernels, Trials, LeakMark, Leaks, Timing, Pace, Rep, Probe, Memory, Done, Error, Cheat, Outputs))

@@ -19,13 +19,14 @@ from pydantic import BaseModel
 
 from evaluator import buildcache, resources
 from evaluator.batch import Batch, Hold, build_key, on_free_device
+from evaluator.checks import Checks
 from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Verdict
 from evaluator.costs import ProblemCosts
 from evaluator.dispatch import IN_FLIGHT, Dispatcher
 from evaluator.gpumemory import ProcessMemory
 from evaluator.judge import Outcome, Reference, ended_badly, harness_call
 from evaluator.pacing import Pacer
-from evaluator.protocol import Ack, Go
+from evaluator.protocol import Ack, Check, Go
 from evaluator.references import OpenProblems, ReferenceFailed, ReferenceServer
 from evaluator.results import Budget, ChildResult
 from evaluator.sandbox import LOG, Child
@@ -161,14 +162,17 @@ def _already_built(prep: _Prepared) -> ChildResult:
 
 
 def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: dict[str, dict], pacer: Pacer,
-           memory: ProcessMemory, waited: dict[str, float]):
+           memory: ProcessMemory, waited: dict[str, float], checks: Checks):
     """The candidate child's handoffs, answered: each call's outputs go to the problem's comparer, the answer
     is kept for the judge (and the seconds it took in `waited`), and the child is told to go on. On CPU the
     raw-bytes file is removed once judged. Its paces go to the pacer, which times the reference beside its
-    rounds; the marks of its leak check, to the reader of its processes' device memory."""
-    def on_message(message: dict) -> Ack | Go | None:
+    rounds; the marks of its leak check, to the reader of its processes' device memory; after each timed call,
+    `checks` decides whether it is compared (its wait then counts as the timed loop's pause, as the pacer's)."""
+    def on_message(message: dict) -> Ack | Check | Go | None:
         if message.get("event") == "pace":
             return pacer(message)
+        if message.get("event") == "rep":
+            return checks(message)
         if message.get("event") == "leak_mark":
             return memory(message)
         if message.get("event") != "outputs":
@@ -188,6 +192,8 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
         waited["comparer_recompute"] += comparisons[label].get("recompute_s", 0.0)
         if path is not None:
             path.unlink(missing_ok=True)
+        if (asked := checks.handed(label)) is not None:
+            pacer.paired.paused_s += time.monotonic() - asked
         return Ack(ack=label)
     return on_message
 
@@ -260,7 +266,8 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold,
     server, comparisons, waited = problems.server(problem, gpu, pair), {}, {"comparer": 0.0, "comparer_work": 0.0, "comparer_recompute": 0.0}
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired)
     memory = ProcessMemory(lambda: take.device if take.held and settings.device == "cuda" else None, child.proc.pid)
-    child.on_message = _relay(batch, prep, server, comparisons, pacer, memory, waited)  # it has sent only `loaded`
+    checks = Checks(settings.max_reps)
+    child.on_message = _relay(batch, prep, server, comparisons, pacer, memory, waited, checks)  # it has sent only `loaded`
     pacer.hold = child.paused  # the candidate's processes are stopped while its reference block runs
     waiting = time.monotonic()
     try:
@@ -281,7 +288,7 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold,
         return gpu
 
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=gate)
-    return Ran(child.finish(), ref, budget, comparisons, pacer, memory, waited_s, waited, beside)
+    return Ran(child.finish(), ref, budget, comparisons, pacer, memory, waited_s, waited, beside, checks=checks)
 
 
 def _compile_failure(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict | None:

@@ -257,21 +257,19 @@ def _copy_into(inputs: list, fresh: list) -> None:
                 _T.copy_(a, b)
 
 
-def refill(inputs: list, problem: ModuleType, seed: int, device: str, held: int) -> bool:
-    """Write the inputs of another seed into the same tensors (same objects, same addresses): a result
-    cached on identity or data_ptr goes stale. False if the new inputs do not fit; the in-place pass may have
-    written some of them by then, so the values of `held` (the seed they held) are written back: the inputs
-    always hold one seed's values, the one their label names."""
+def refill(inputs: list, problem: ModuleType, seed: int, device: str) -> None:
+    """Write the inputs of another seed into the same tensors (same objects, same addresses): a result cached
+    on identity or data_ptr goes stale. Where the problem's inputs change shape or arguments with the seed, the
+    list holds that seed's new inputs instead: fresh either way, never the old values under a new label (a
+    get_inputs made to misfit once switched fresh inputs off, and a cache passed). A get_inputs that raises
+    fails the call like any other error in the process."""
     fresh = make_inputs(problem, seed, device, into=inputs)
     if _aliased(inputs, fresh):  # e.g. `x = rand(); return [x @ w, x]`: copying in order would clobber one
         fresh = make_inputs(problem, seed, device)
     if _fits(inputs, fresh):
         _copy_into(inputs, fresh)
-        return True
-    back = make_inputs(problem, held, device)
-    if _fits(inputs, back):
-        _copy_into(inputs, back)
-    return False
+    else:
+        inputs[:] = fresh
 
 
 TIMED = "timed_"  # label prefix of a timed call's outputs: "timed_<rep>"
@@ -291,15 +289,13 @@ def timed_rep(label: str) -> int | None:
 
 class FreshInputs:
     """The fresh-input policy of timing (the `fresh` hook of timing.bench): before every call, outside the timed
-    window, the values of that call's own seed are written into the same input tensors, so a result cached on
-    identity, data_ptr or a few sampled values misses, and any timed call can be checked by its label. Off
-    (the inputs keep the timing seed's values) for a problem whose inputs do not fit one another across seeds.
-    On CPU the caches are flushed before each fill (timing.cpu_flush_buffer), inside the same accounted time."""
+    window, the values of that call's own seed are written into the input tensors (refill), so a result cached
+    on identity, data_ptr or a few sampled values misses, and any timed call can be checked by its label. On CPU
+    the caches are flushed before each fill (timing.cpu_flush_buffer), inside the same accounted time."""
 
     def __init__(self, inputs: list, problem: ModuleType, seed: int, device: str):
         self.inputs, self.problem, self.seed, self.device = inputs, problem, seed, device
         self.filled: int | None = None  # the rep whose values the inputs hold; None: the timing seed's own
-        self.on = True
         self.timed_fill_s = 0.0  # spent filling (and flushing) before timed reps: the parent's check of the loop's wall
         self.made = fingerprint(inputs)  # what the timing seed wrote: checked against without making them again
         self._scrub = timing.cpu_flush_buffer() if device == "cpu" else None  # the CUDA flush is in timing's loop
@@ -318,17 +314,17 @@ class FreshInputs:
     def fill(self, rep: int) -> None:
         """Rep's values written into the inputs, and nothing else: what the comparer does to recompute a timed
         call's expected outputs (no cache to empty there, no time to account)."""
-        self.on = self.on and refill(self.inputs, self.problem, rep_seed(self.seed, rep), self.device, self.held())
-        if self.on:
-            self.filled = rep
+        refill(self.inputs, self.problem, rep_seed(self.seed, rep), self.device)
+        self.filled = rep
 
     def label(self) -> str:
         """What the inputs hold now, as the comparer names its expected outputs."""
         return "timing" if self.filled is None else f"{TIMED}{self.filled}"
 
-    def policy(self) -> str:
-        return ("fresh: new values before every call from a secret per-call seed, written into the same tensors"
-                if self.on else "fixed: the problem's inputs change shape or arguments with the seed")
+    @staticmethod
+    def policy() -> str:
+        return ("fresh: new values before every call from a secret per-call seed, written into the same tensors "
+                "(new tensors where the problem's shapes change with the seed)")
 
     def held(self) -> int:
         """The seed whose values the inputs hold."""
@@ -343,5 +339,5 @@ class FreshInputs:
         now = fingerprint(self.inputs)
         if self.filled is None:
             return now != self.made
-        refill(self.inputs, self.problem, self.held(), self.device, self.held())
+        refill(self.inputs, self.problem, self.held(), self.device)
         return now != fingerprint(self.inputs)

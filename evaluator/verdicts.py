@@ -9,6 +9,7 @@ import time
 import torch
 
 from evaluator.batch import Batch
+from evaluator.checks import Checks
 from evaluator.contracts import CandidateJob, EvalSettings, Status, Verdict
 from evaluator.costs import ProblemCosts
 from evaluator.gpumemory import ProcessMemory
@@ -65,6 +66,7 @@ class Ran:
     comparer_s: dict[str, float]  # of the candidate's stages: its outputs judged (round trips, the comparer's work in them)
     beside: list[str]  # the open problems' comparers when the device came: evidence for an out-of-memory
     more: list[Ran] = dataclasses.field(default_factory=list)  # the same run in further fresh process pairs (CPU)
+    checks: Checks | None = None  # which timed calls kforge asked to compare
 
     def own_memory(self, settings: EvalSettings) -> ProcessMemory | None:
         """The device memory of the candidate's own processes: read on a GPU only."""
@@ -72,7 +74,7 @@ class Ran:
 
     def outcome(self, settings: EvalSettings, meta: ProblemMeta, ref: Reference | None = None) -> Outcome:
         return judge(self.result, ref or self.ref, meta, self.budget, self.comparisons, self.pacer.paired,
-                     self.own_memory(settings))
+                     self.own_memory(settings), self.checks)
 
 
 def judged(batch: Batch, costs: ProblemCosts | None, job: CandidateJob, compiled: ChildResult, ran: Ran) -> Verdict:

@@ -1,0 +1,53 @@
+"""Which timed calls of a candidate are compared (the parent's side): decided after each call, at random, by the
+parent. The candidate's process holds no secret that says which: after each timed call its harness asks (a `rep`
+message) and hands the outputs over at once when told to. A choice made in the candidate's process ahead of the
+calls was read from the timing loop's stack frames, and a patched list of the calls to hand over kept the skipped
+calls from ever being judged; here every call the parent asked for must arrive, and every timed call handed over
+is judged (evaluator.judge)."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from evaluator.protocol import Check, Rep, misfits
+from evaluator.trials import TIMED
+
+CHECKED = 4  # timed calls compared, on average, among the reps sure to run (the last one is compared besides)
+
+
+@dataclass
+class Checks:
+    """Answers a candidate child's `rep` messages (the runner's relay calls it) and keeps what it asked for."""
+
+    max_reps: int
+    asked: list[str] = field(default_factory=list)  # labels of the timed calls whose outputs must be judged
+    forged: str = ""  # a rep message the harness would not send
+    pending: dict[str, float] = field(default_factory=dict)  # a checked call's label -> when its rep arrived
+    _coin: random.SystemRandom = field(default_factory=random.SystemRandom)
+
+    def __call__(self, message: dict) -> Check:
+        try:
+            rep = Rep.model_validate(message)
+        except ValidationError as exc:
+            return self._refuse(f"a malformed rep message ({misfits(exc)})")
+        if rep.which >= self.max_reps or rep.least > self.max_reps:
+            return self._refuse(f"a rep message for rep {rep.which} of {rep.least}")
+        check = self._coin.random() < CHECKED / rep.least
+        if check:
+            label = f"{TIMED}{rep.which}"
+            self.asked.append(label)
+            self.pending[label] = float(message.get("_t", time.monotonic()))
+        return Check(check=check)
+
+    def handed(self, label: str) -> float | None:
+        """When the rep whose outputs just arrived was asked for (None: not asked now): from then until they are
+        judged, the candidate's timed loop waited on kforge."""
+        return self.pending.pop(label, None)
+
+    def _refuse(self, why: str) -> Check:
+        self.forged = self.forged or why
+        return Check(check=False)

@@ -1,0 +1,87 @@
+"""Hostile candidates that reach the harness code running in their own process (the problem module, child-side
+modules, the timing loop's frames, output pages read after the timer, input fills), against the real evaluator,
+and the parent's choice of checked calls on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from evaluator import CandidateJob, EvalSettings, Status, Verdict, evaluate
+from evaluator.checks import CHECKED, Checks
+from reference_problems import resolve_problem
+
+RELU = ROOT / "tests" / "adversarial" / "relu"
+VARYING = ROOT / "tests" / "problems" / "varying_relu.py"
+HONEST_VARYING = ROOT / "tests" / "candidates" / "varying_relu" / "honest.py"
+HOSTILE = ["frame_reader", "wrap_get_inputs", "misfit_inputs", "patch_probe_list", "lazy_pages"]
+
+
+@pytest.fixture(scope="module")
+def verdicts(adversarial_build_root) -> dict[str, Verdict]:
+    """One batch. Its timing budget makes rounds of several reps, so a candidate that works only where a round
+    ends skips most timed calls."""
+    relu = resolve_problem("relu")
+    jobs = [CandidateJob(path=RELU / f"{name}.py", problem=relu) for name in [*HOSTILE, "honest_captured"]]
+    jobs.append(CandidateJob(path=HONEST_VARYING, problem=resolve_problem(str(VARYING))))
+    settings = EvalSettings(device="cpu", size="small", trials=3, warmup_ms=5, rep_ms=300, leak_calls=2, jobs=2,
+                            cpu_pairs=1, build_root=adversarial_build_root)
+    return {Path(v.solution_path).stem: v for v in evaluate(jobs, settings)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "text"), [("wrap_get_inputs", "at import: kforge_problem.get_inputs"),
+                                            ("patch_probe_list", "at import: evaluator.protocol.Probe")])
+def test_a_patched_problem_or_child_module_is_tampering(verdicts, name, text):
+    v = verdicts[name]
+    assert (v.status, v.evidence.exploit) == (Status.CHEAT, "judge_tampering"), v.evidence
+    assert text in v.evidence.cause, v.evidence.cause
+
+
+@pytest.mark.slow
+def test_inputs_that_stop_fitting_stay_fresh(verdicts):
+    """Its cache of the first timed call would pass on inputs kept as they were; the fills go on in new tensors,
+    and the timed calls are compared with the reference's own."""
+    v = verdicts["misfit_inputs"]
+    assert v.status is Status.INCORRECT and "timed call" in v.evidence.cause, v.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["frame_reader", "lazy_pages"])
+def test_what_the_frames_and_the_pages_hide_is_judged(verdicts, name):
+    """Correct only at the honest kernel's own speed (10 %), else not correct."""
+    v, honest = verdicts[name], verdicts["honest_captured"]
+    assert honest.status is Status.CORRECT, honest.evidence
+    assert v.status is not Status.CORRECT or v.speedup <= 1.1 * honest.speedup, (v.speedup, honest.speedup, v.evidence)
+
+
+@pytest.mark.slow
+def test_the_frame_reader_is_caught_in_a_skipped_call(verdicts):
+    v = verdicts["frame_reader"]
+    assert v.status is Status.INCORRECT and "timed call" in v.evidence.cause, v.evidence
+
+
+@pytest.mark.slow
+def test_a_problem_whose_shapes_change_with_the_seed_judges_an_honest_kernel_correct(verdicts):
+    v = verdicts["honest"]
+    assert v.status is Status.CORRECT and v.speedup, v.evidence
+    assert "new tensors where" in v.evidence.timing.fresh_inputs
+
+
+def test_the_parent_checks_each_call_at_random_after_it_ran():
+    checks = Checks(max_reps=10_000)
+    answers = [checks({"event": "rep", "which": rep, "least": 40, "_t": 0.0}).check for rep in range(4000)]
+    assert 0.6 * CHECKED * 100 < sum(answers) < 1.4 * CHECKED * 100  # CHECKED per 40 reps, on average
+    assert checks.asked == [f"timed_{rep}" for rep, checked in enumerate(answers) if checked]
+    assert checks.handed(checks.asked[0]) == 0.0 and checks.handed(checks.asked[0]) is None
+    assert not checks.forged
+
+
+@pytest.mark.parametrize("message", [{"event": "rep", "which": 10_000, "least": 20},
+                                     {"event": "rep", "which": 3, "least": 0}, {"event": "rep", "which": "x"}])
+def test_a_rep_message_the_harness_would_not_send_is_refused(message):
+    checks = Checks(max_reps=10_000)
+    assert checks(message).check is False
+    assert checks.forged and not checks.asked
