@@ -123,8 +123,8 @@ def _ended_badly(batch: Batch, result: ChildResult) -> Outcome | None:
 
 
 def _free(workdir: Path) -> None:
-    """A child's scratch and its view of the cache, removed once it ended and its build was published: what it
-    wrote holds the disk no longer than the child, not until the batch ends. Its log stays (a verdict quotes it)."""
+    """A child's scratch and its view of the cache, removed once it ended (a compile child's build published
+    first): what it wrote holds the disk no longer than the child, not until the batch ends. Its log stays."""
     for path in [*(p for p in workdir.iterdir() if p.name != LOG), buildcache.view_dir(workdir)]:
         _remove(path)
 

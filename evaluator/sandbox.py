@@ -270,8 +270,8 @@ class _Watch:
     def _disk(self, pids: list[int], stage: str) -> Budget | None:
         used, entries = _disk_use(self.writes, pids)
         if used > DISK_QUOTA_MB * 2**20 or entries > SCRATCH_ENTRIES:
-            return Budget(status=Status.RUNTIME_ERROR, cause=f"over its disk quota of {DISK_QUOTA_MB:,} MB and "
-                          f"{SCRATCH_ENTRIES:,} files: {used / 2**20:,.0f} MB in {entries:,} files and dirs (stage: {stage})")
+            return Budget(status=Status.RUNTIME_ERROR, cause=f"over its disk quota ({DISK_QUOTA_MB:,} MB, {SCRATCH_ENTRIES:,} "
+                          f"files): {used / 2**20:,.0f} MB in {entries:,} files and dirs (stage: {stage})")
         return None
 
     def _idle(self, pids: list[int], started: float, now: float, stage: str) -> Budget | None:

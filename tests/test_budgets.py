@@ -76,7 +76,7 @@ def test_many_files_each_under_the_file_limit_are_stopped_at_the_disk_quota_and_
     held = _disk_bytes(batch_root)
     assert list(verdicts) == []
     assert v.status is Status.RUNTIME_ERROR, v.evidence
-    assert f"over its disk quota of {DISK_QUOTA_MB:,} MB" in v.evidence.cause, v.evidence.cause
+    assert v.evidence.cause.startswith(f"over its disk quota ({DISK_QUOTA_MB:,} MB"), v.evidence.cause
     written_mb = int(re.search(r": ([\d,]+) MB in", v.evidence.cause).group(1).replace(",", ""))
     assert DISK_QUOTA_MB < written_mb < 16 * 256, v.evidence.cause  # stopped before its 16 files of 256 MiB
     assert held < 2**20, held  # its 2 GiB and more were freed when its child ended
