@@ -20,6 +20,8 @@ import types
 
 import torch
 
+from evaluator import overrides
+
 
 class Tampered(Exception):
     """The candidate changed something the judge depends on."""
@@ -92,9 +94,10 @@ class Guard:
     """Snapshot now; `check(when)` raises Tampered naming everything replaced since."""
 
     def __init__(self, harness: list[types.ModuleType]):
-        self._spaces = _watched_namespaces(harness)
+        self._spaces = _watched_namespaces([*harness, overrides])
         self._before = {name: _snapshot(space) for name, space in self._spaces.items()}
         self._flags = backend_flags()
+        self._dispatcher = overrides.Overrides()  # kernels registered for existing operators
 
     def _replaced(self, name: str) -> list[str]:
         space, before = self._spaces[name], self._before[name]
@@ -107,7 +110,8 @@ class Guard:
     def violations(self) -> list[str]:
         replaced = [item for name in self._spaces for item in self._replaced(name)]
         flags = backend_flags()
-        return replaced + [f"{k} changed from {v!r} to {flags[k]!r}" for k, v in self._flags.items() if flags[k] != v]
+        changed = [f"{k} changed from {v!r} to {flags[k]!r}" for k, v in self._flags.items() if flags[k] != v]
+        return replaced + changed + self._dispatcher.changed()
 
     def check(self, when: str) -> None:
         found = self.violations()
