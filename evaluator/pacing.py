@@ -20,6 +20,7 @@ from typing import Callable
 from pydantic import ValidationError
 
 from evaluator.protocol import Go, Pace, misfits
+from evaluator.resources import FreezeIncomplete
 from evaluator.timing import paired_ratio, tight
 
 MIN_PAIRS = 6  # pairs before the ratio's interval may stop the rounds: the fewest whose extremes are a 95 % interval
@@ -37,14 +38,30 @@ class Paired:
     forged: str = ""  # a pace message the harness would not send
     failed: str = ""  # the reference could not be timed (its child died): the ratio falls back to medians
     paused_s: float = 0.0  # the candidate's timed loop waited this long on the parent: not the candidate's time
+    reference_wall_s: float = 0.0  # the parent's clock around the reference's blocks (requests and answers included)
+    void: list[int] = field(default_factory=list)  # first reps of rounds whose candidate could not be stopped
+    unfrozen: str = ""  # why the first void pair was void
+
+    def matches(self, samples: list[float]) -> bool:
+        """Whether the rounds are the samples the candidate reported, each with its block or void."""
+        return (len(self.reference) + len(self.void) == len(self.candidate)
+                and [s for block in self.candidate for s in block] == samples)
 
     def usable(self, samples: list[float]) -> bool:
-        """Whether every candidate round has its reference block and the rounds are the samples it reported."""
-        return (not self.failed and bool(self.candidate) and len(self.reference) == len(self.candidate)
-                and [s for block in self.candidate for s in block] == samples)
+        """Whether the paired ratio stands: every round matched by a block timed while the candidate was
+        stopped. One void pair voids it: dropping only the void ones would let a candidate that knows its round
+        was slow (the coin put the block after it) drop that pair."""
+        return not self.failed and not self.void and bool(self.candidate) and self.matches(samples)
 
     def ratio(self) -> tuple[float, float, float]:
         return paired_ratio(self.reference, self.candidate)
+
+    def overhead_per_rep_s(self) -> float | None:
+        """What the reference's blocks took beyond their own samples, per rep, by the parent's clock: a fill of
+        fresh inputs, a cache flush and a share of one request's round trip. The candidate's rounds do the same
+        around each of its calls; its process cannot change this figure (it is stopped meanwhile)."""
+        reps = sum(map(len, self.reference))
+        return (self.reference_wall_s - sum(map(sum, self.reference)) / 1e3) / reps if reps else None
 
 
 class Pacer:
@@ -91,16 +108,28 @@ class Pacer:
         return Go(go=False)
 
     def _time(self, first: int, reps: int) -> None:
-        with self.hold():
-            samples = self.time_block(first, reps)
+        """The reference's block beside the round from rep `first`, timed while the candidate is held; a pair
+        whose hold did not take is void: the reference would have run beside the candidate's threads."""
+        try:
+            with self.hold():
+                start = time.monotonic()
+                samples = self.time_block(first, reps)
+                wall = time.monotonic() - start
+        except FreezeIncomplete as exc:
+            self.paired.void.append(first)
+            self.paired.unfrozen = self.paired.unfrozen or str(exc)
+            return
         if isinstance(samples, str):
             self.paired.failed = self.paired.failed or samples
         else:
             self.paired.reference.append(samples)
+            self.paired.reference_wall_s += wall
 
     def _settled(self) -> bool:
         """Enough pairs, and the median ratio's 95 % interval within +-rel_ci of it."""
         paired = self.paired
+        if paired.void:
+            return True  # no ratio will stand: the rounds stop as soon as they may
         if self.rel_ci is None or len(paired.candidate) < MIN_PAIRS or len(paired.reference) != len(paired.candidate):
             return False
         return tight(*paired.ratio(), self.rel_ci)

@@ -41,6 +41,11 @@ COMPILE_PEAK_MB = 3_600  # one CUDA extension's compile (nvcc, cicc over torch's
 BATCH_RESERVE_MB = 8_192  # the rest of a batch beside its compiles: kforge, its waiting children (issue 17's bound)
 
 
+class FreezeIncomplete(RuntimeError):
+    """A freeze that did not take within _FREEZE_WAIT_S (a thread sat in an uninterruptible kernel call, or kept
+    forking): the processes were let go again, so nothing is left stopped for the caller to undo."""
+
+
 @dataclass(frozen=True)
 class _Layout:
     version: int  # 2, 1, or 0 (none)
@@ -175,18 +180,21 @@ class Cgroup:
 
     def freeze(self, frozen: bool) -> None:
         """Stop every process in it, or let them go on: cgroup v2's freezer (waited for), else SIGSTOP to each,
-        twice (one forked meanwhile), and SIGCONT. Signals from kforge's namespace reach a namespace's init too."""
+        twice (one forked meanwhile), and SIGCONT. Signals from kforge's namespace reach a namespace's init too.
+        Raises FreezeIncomplete, with everything let go again, where the freeze did not take in time."""
         d = next(iter(self.dirs.values()))
         if self.version == 2 and (d / "cgroup.freeze").exists():
             (d / "cgroup.freeze").write_text("1" if frozen else "0")
-            if frozen:
-                _wait_for(lambda: "frozen 1" in (d / "cgroup.events").read_text())
+            if frozen and not _wait_for(lambda: "frozen 1" in (d / "cgroup.events").read_text()):
+                self.freeze(False)
+                raise FreezeIncomplete(f"cgroup v2's freezer had not taken after {_FREEZE_WAIT_S:g} s")
             return
         for _ in range(2 if frozen else 1):
             for pid in _pids(d):
                 _signal(pid, signal.SIGSTOP if frozen else signal.SIGCONT)
-        if frozen:
-            _wait_stopped(lambda: _pids(d))
+        if frozen and (running := _wait_stopped(lambda: _pids(d))):
+            self.freeze(False)
+            raise FreezeIncomplete(running)
 
     def close(self) -> None:
         """Kill whatever is left in it (the PID namespace normally took it all already) and remove it."""
@@ -222,18 +230,28 @@ def _pids(d: Path) -> list[int]:
         return []
 
 
-def _wait_stopped(pids: Callable[[], list[int]]) -> None:
-    """Return once every thread of these processes is stopped or gone, or the freeze wait passed: kill(SIGSTOP)
-    returns at once, and on 2 busy cores threads the candidate left spinning went on for milliseconds (into the
-    reference's block beside them, slowing it up to 15x) before the scheduler ran them into their stop."""
-    _wait_for(lambda: all(_state(task) in "TtZX" for pid in pids() for task in Path(f"/proc/{pid}/task").glob("*")))
+def _wait_stopped(pids: Callable[[], list[int]]) -> str:
+    """Wait until every thread of these processes is stopped or gone: kill(SIGSTOP) returns at once, and on 2
+    busy cores threads the candidate left spinning went on for milliseconds (into the reference's block beside
+    them, slowing it up to 15x) before the scheduler ran them into their stop. '' once they are, else the
+    threads still running when the freeze wait passed, and in what state (D: an uninterruptible kernel call)."""
+    def running() -> list[str]:
+        return [f"{pid}/{task.name}: {state}" for pid in pids() for task in Path(f"/proc/{pid}/task").glob("*")
+                if (state := _state(task)) not in "TtZX"]
+    if _wait_for(lambda: not running()):
+        return ""
+    left = running()
+    return f"{len(left)} thread(s) still running {_FREEZE_WAIT_S:g} s after SIGSTOP ({', '.join(left[:4])})" if left else ""
 
 
-def _wait_for(frozen: Callable[[], bool]) -> None:
-    """Poll until the freeze has taken, or the freeze wait passed (the reference is then timed anyway)."""
+def _wait_for(frozen: Callable[[], bool]) -> bool:
+    """Poll until the freeze has taken (True), or the freeze wait passed (False)."""
     deadline = time.monotonic() + _FREEZE_WAIT_S
-    while not frozen() and time.monotonic() < deadline:
+    while not frozen():
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.0005)
+    return True
 
 
 def freeze_group(pgid: int, frozen: bool) -> None:
@@ -242,8 +260,10 @@ def freeze_group(pgid: int, frozen: bool) -> None:
         os.killpg(pgid, signal.SIGSTOP if frozen else signal.SIGCONT)
     except ProcessLookupError:
         return
-    if frozen:
-        _wait_stopped(lambda: [int(s.parent.name) for s in Path("/proc").glob("[0-9]*/stat") if _field(s, 2) == str(pgid)])
+    group = lambda: [int(s.parent.name) for s in Path("/proc").glob("[0-9]*/stat") if _field(s, 2) == str(pgid)]  # noqa: E731
+    if frozen and (running := _wait_stopped(group)):
+        freeze_group(pgid, False)
+        raise FreezeIncomplete(running)
 
 
 def _state(task: Path) -> str:
