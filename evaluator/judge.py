@@ -30,6 +30,10 @@ from reference_problems import ProblemMeta
 # it. GPU medians of one batch repeat within ~0.5 % (the repairs: 0.05-0.44 % across evaluations), and a false
 # alarm costs only the pairing: the speedup is then taken against the reference timed alone, as before pairing.
 DISTURBED = 0.05
+# On CPU the same: the reference's blocks beside honest candidates ran 0.94-1.08x its median alone (8 runs on this
+# loaded 2-core VM; the machine's load moves it, pairing cancels that); beside a thread that outlasted the freeze,
+# 1.62x.
+CPU_DISTURBED = 0.3
 _LEAK_MIN_BYTES = {"host_rss": 16 * 2**20, "cuda_allocated": 2**20, "cuda_reserved": 2**20, "cuda_driver_used": 8 * 2**20,
                    "cuda_process_used": 8 * 2**20}
 
@@ -270,7 +274,9 @@ def _timing(case: _Case) -> Outcome | None:
         return _cheat(found.exploit, cause, "timing")
     start = result.arrival("stage", stage="timed")
     paused = case.paired.paused_s if case.paired else 0.0  # the loop waited while the parent timed the reference
-    problem = implausible(model["samples"], model["_t"] - start - paused, device, model["fill_s"]) if start is not None \
+    per_rep = case.paired.overhead_per_rep_s() if case.paired else None  # never the child's own fill total
+    fills = None if per_rep is None else per_rep * len(model["samples"])
+    problem = implausible(model["samples"], model["_t"] - start - paused, device, fills) if start is not None \
         else "timings without a timed loop"
     return _cheat("timer_escape", problem, "timing") if problem else None
 
@@ -282,7 +288,7 @@ def _pairing(case: _Case) -> Outcome | None:
         return None
     if paired.forged:
         return _cheat("forged_messages", f"the result channel carried {paired.forged}", "timing")
-    if case.settings.paired and not paired.failed and not paired.usable(model["samples"]):
+    if case.settings.paired and not paired.failed and not paired.matches(model["samples"]):
         return _cheat("forged_messages", "the timed samples are not the rounds the child reported while it was timed", "timing")
     return None
 
@@ -292,19 +298,22 @@ def _usable(case: _Case, samples: list[float]) -> bool:
 
 
 def _disturbed(case: _Case) -> str:
-    """Why the paired ratio cannot stand, or ''. On a GPU the lease keeps every other kforge process off the
-    device and the freeze stops the candidate's processes while a reference block runs, but kernels the
-    candidate queued before its pause (from a thread or a process of its own) run on: a reference slower beside
-    the candidate than alone was slowed by it, and its ratio would flatter the candidate. (On CPU the machine's
-    load moves both sides: that is what pairing is for.)"""
+    """Why the paired ratio cannot stand, or ''. The freeze stops the candidate's processes while a reference
+    block runs; a pair whose freeze did not take is void. What still runs then slows the reference beside the
+    candidate and would flatter it: on a GPU, kernels the candidate queued before its pause; on CPU, whatever
+    kernel work its processes set going outside themselves (writeback, reclaim). So a reference slower beside
+    the candidate than alone (DISTURBED, CPU_DISTURBED) was slowed by it."""
     alone, paired = case.ref.timing, case.paired
-    if case.settings.device != "cuda" or alone is None or paired is None or not paired.reference:
+    if paired is not None and paired.void:
+        return (f"{len(paired.void)} of the reference's blocks could not be timed with the candidate stopped "
+                f"({paired.unfrozen})")
+    if alone is None or paired is None or not paired.reference:
         return ""
     beside = statistics.median(s for block in paired.reference for s in block)
-    if beside <= (1 + DISTURBED) * alone.median_ms:
+    if beside <= (1 + (DISTURBED if case.settings.device == "cuda" else CPU_DISTURBED)) * alone.median_ms:
         return ""
     return (f"the reference ran {100 * (beside / alone.median_ms - 1):.0f} % slower beside the candidate ({beside:.4g} "
-            f"ms) than alone ({alone.median_ms:.4g} ms): GPU work the candidate queued outlived its pauses")
+            f"ms) than alone ({alone.median_ms:.4g} ms): work the candidate set going outlived its pauses")
 
 
 def _report(case: _Case) -> TimingReport | None:
