@@ -93,6 +93,12 @@ def _received(request: Compare, opened: ipc.Opened) -> list:
     return got
 
 
+def _copy(_rep: int, _least: int, _checkpoint: bool, out) -> None:
+    """What the candidate's harness does after every timed call (its outputs snapshotted), done here too, so the
+    loop's time beside the samples costs both sides alike (the parent's wall-clock check reads the reference's)."""
+    trials.snapshot(trials.as_tensors(out))
+
+
 class Timer:
     """The reference's side of interleaved timing: its call on the timing inputs, refilled per rep as the
     candidate's are (trials.FreshInputs), kept from the reference's own timing."""
@@ -103,7 +109,8 @@ class Timer:
 
     def time(self, request: TimeBlock) -> Block:
         with torch.no_grad():
-            return Block(samples=timing.block(self.call, self.device, request.first, request.reps, self.flush, self.fresh))
+            return Block(samples=timing.block(self.call, self.device, request.first, request.reps, self.flush, self.fresh,
+                                              on_rep=_copy))
 
 
 class Comparer:

@@ -204,10 +204,10 @@ def _round(fn: Callable, device: str, first: int, n: int, flush: torch.Tensor | 
 
 
 def block(fn: Callable, device: str, first: int, n: int, flush: torch.Tensor | None,
-          fresh: Callable[[int], None] = _ignore) -> list[float]:
-    """n timed calls as bench's rounds take them (fresh inputs of reps first.., `flush` zeroed on CUDA): the
-    other side of a paired round, timed right beside the candidate's (see paired_ratio)."""
-    return _round(fn, device, first, n, flush, n, _ignore, fresh)
+          fresh: Callable[[int], None] = _ignore, on_rep: Callable = _ignore) -> list[float]:
+    """n timed calls as bench's rounds take them (fresh inputs of reps first.., `flush` zeroed on CUDA, on_rep
+    after each): the other side of a paired round, timed right beside the candidate's (see paired_ratio)."""
+    return _round(fn, device, first, n, flush, n, on_rep, fresh)
 
 
 @dataclass
