@@ -340,7 +340,8 @@ def _report(case: _Case) -> TimingReport | None:
     return TimingReport(
         method=mine.method, calls=mine.reps, reference_calls=reference_calls, untimed_calls=model["untimed_calls"],
         warmup_ms=settings.warmup_ms, l2_flush=flush_policy(settings.device), fresh_inputs=model["fresh_inputs"],
-        checked_calls=sorted(rep for rep in map(timed_rep, probe["outputs"]) if rep is not None),
+        checked_calls=sorted({rep for rep in map(timed_rep, [*probe["outputs"], *(case.checks.asked if case.checks else [])])
+                              if rep is not None}),
         speedup_interval=speedup_interval, interval=interval,
         floor=found if isinstance(found, str) else f"{FACTOR:g} x {found.ms:.4g} ms ({found.bound}): {found.worked}",
         speed_of_light=None if isinstance(found, str) else SpeedOfLight(

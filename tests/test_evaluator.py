@@ -53,7 +53,7 @@ def test_a_correct_verdict_says_how_it_was_timed(verdicts):
     assert (t.calls, t.reference_calls, t.cpu_threads) == (v.candidate.reps, v.reference.reps, 1)
     assert t.l2_flush.endswith("MiB written before every timed call (twice the largest CPU cache)"), t.l2_flush
     assert t.untimed_calls >= 4 and t.fresh_inputs.startswith("fresh: new values before every call")
-    assert len(t.checked_calls) >= 3 and all(0 <= rep < t.calls for rep in t.checked_calls)  # 3 secret + the last
+    assert t.checked_calls and all(0 <= rep < t.calls for rep in t.checked_calls)  # drawn by the parent, and the last
     low, high = t.speedup_interval
     assert low <= v.speedup <= high and f"x vs eager (95 %: {low:.3g}-{high:.3g}x)" in v.evidence.cause
     assert t.interval.startswith("the median of") and "paired ratios" in t.interval and t.reference_calls == t.calls

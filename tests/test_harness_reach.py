@@ -72,11 +72,17 @@ def test_a_problem_whose_shapes_change_with_the_seed_judges_an_honest_kernel_cor
 
 def test_the_parent_checks_each_call_at_random_after_it_ran():
     checks = Checks(max_reps=10_000)
-    answers = [checks({"event": "rep", "which": rep, "least": 40, "_t": 0.0}).check for rep in range(4000)]
-    assert 0.6 * CHECKED * 100 < sum(answers) < 1.4 * CHECKED * 100  # CHECKED per 40 reps, on average
-    assert checks.asked == [f"timed_{rep}" for rep, checked in enumerate(answers) if checked]
+    answers = [checks({"event": "rep", "which": rep % 40, "least": 40, "_t": 0.0}).check for rep in range(4000)]
+    assert 0.6 * CHECKED * 100 < sum(answers) < 1.4 * CHECKED * 100  # CHECKED per 40 reps sure to run, on average
+    assert checks.asked == [f"timed_{rep % 40}" for rep, checked in enumerate(answers) if checked]
     assert checks.handed(checks.asked[0]) == 0.0 and checks.handed(checks.asked[0]) is None
     assert not checks.forged
+
+
+def test_past_the_reps_sure_to_run_the_odds_of_a_check_fall_with_the_rep():
+    checks = Checks(max_reps=100_000)
+    late = sum(checks({"event": "rep", "which": 400, "least": 20, "_t": 0.0}).check for _ in range(20_000))
+    assert 0.6 * CHECKED * 50 < late < 1.4 * CHECKED * 50  # CHECKED / 401 of 20,000
 
 
 @pytest.mark.parametrize("message", [{"event": "rep", "which": 10_000, "least": 20},

@@ -230,11 +230,15 @@ def test_the_hold_returns_only_once_every_process_of_the_candidate_is_stopped(wa
 @pytest.mark.slow
 def test_a_jailed_candidate_left_spinning_is_held_and_cannot_look_faster(cpu_settings):
     """The whole path with a jailed child (its namespace's init is stopped too): spin_while_paired.py, the
-    reference's own work plus native threads sweeping memory on every core whenever it waits, is judged correct
-    and slower than 1x; on this noisy 2-core VM the ratio moves between evaluations (0.20-0.53x, once 0.81x),
-    which is why the freeze itself is asserted above and not through the ratio."""
+    reference's own work plus native threads sweeping memory on every core whenever it waits, cannot look faster:
+    correct and slower than 1x (on this noisy 2-core VM the ratio moved between evaluations, 0.20-0.53x, once
+    0.81x, which is why the freeze itself is asserted above and not through the ratio), or, where its threads'
+    sweeps during its own input fills outgrow what the reference's fills take, a timer escape."""
     job = CandidateJob(path=ADVERSARIAL / "spin_while_paired.py", problem=resolve_problem("scale_bias_hardswish"))
     (verdict,) = evaluate([job], cpu_settings)
+    if verdict.status is Status.CHEAT:
+        assert verdict.evidence.exploit == "timer_escape", verdict.evidence.cause
+        return
     assert verdict.status is Status.CORRECT, verdict.evidence.cause
     assert verdict.speedup < 1.0 and verdict.evidence.timing.reference_calls == verdict.evidence.timing.calls
 
