@@ -55,10 +55,12 @@ HOSTILE = {
                               "aten::clone kernels changed (Autograd[alias]: registered at "),
     "another namespace": ("lib = torch.library.Library('prims', 'IMPL')\nlib.impl('sin', torch.sin, 'CPU')",
                           "prims::sin kernels changed (CPU: registered at <string>"),
-    "torch's own registration removed": ("import torch._functorch.predispatch as p\np.VMAP_DECOMPOSITIONS_LIB._destroy()",
-                                         "aten::mse_loss_backward kernels changed (removed FuncTorchBatched: "),
-    "backend fallback": ("lib = torch.library.Library('_', 'IMPL')\nlib.fallback(lambda *a, **k: None, dispatch_key='CPU')",
-                         "backend fallback added at CPU"),
+    "torch's own registration removed": (
+        "import torch._functorch.predispatch as p\np.VMAP_DECOMPOSITIONS_LIB._destroy()",
+        "aten::mse_loss_backward kernels changed (removed FuncTorchBatched: "),
+    "backend fallback": (
+        "lib = torch.library.Library('_', 'IMPL')\nlib.fallback(lambda *a, **k: None, dispatch_key='CPU')",
+        "backend fallback added at CPU"),
     "Python dispatcher left on": ("keep = torch._C._EnablePythonDispatcher()",
                                   "dispatch keys of the harness's thread changed from included DispatchKeySet("),
 }
@@ -81,7 +83,8 @@ HONEST = {
     "library of its own": (
         "lib = torch.library.Library('mylib', 'DEF')\nlib.define('twice(Tensor x) -> Tensor')\n"
         "lib.impl('twice', lambda x: x * 2, 'CPU')\ntorch.ops.mylib.twice(torch.randn(3))"),
-    "torch.func": "torch.func.vmap(torch.sin)(torch.randn(3, 4))\ntorch.func.grad(lambda x: x.sin().sum())(torch.randn(3))",
+    "torch.func": (
+        "torch.func.vmap(torch.sin)(torch.randn(3, 4))\ntorch.func.grad(lambda x: x.sin().sum())(torch.randn(3))"),
     "autocast and inference mode, entered and left": (
         "with torch.autocast('cpu'), torch.inference_mode():\n    torch.randn(3) @ torch.randn(3)"),
 }
