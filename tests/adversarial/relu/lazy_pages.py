@@ -2,11 +2,12 @@
 at once, and a fault handler fills them with the ReLU when something reads them. A harness that reads outputs
 only after the timer stopped (its snapshots, its handoff) pays for the work off the clock, and never for the
 calls it does not read. The timed window here reads every output page before the timer stops."""
-import sys
 
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
+
+from tests.adversarial.frames import in_timing
 
 SOURCE = r"""
 #include <signal.h>
@@ -70,15 +71,6 @@ torch::Tensor relu(torch::Tensor x) {
 ext = load_inline("kforge_adversarial_lazy_pages", cpp_sources=SOURCE, functions=["lazy_relu", "relu"])
 
 
-def _timing() -> bool:
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "bench":
-            return True
-        frame = frame.f_back
-    return False
-
-
 class ModelNew(nn.Module):
     def forward(self, x):
-        return ext.lazy_relu(x) if _timing() else ext.relu(x)
+        return ext.lazy_relu(x) if in_timing() else ext.relu(x)

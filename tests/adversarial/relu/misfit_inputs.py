@@ -6,18 +6,10 @@ import sys
 
 import torch.nn as nn
 
+from tests.adversarial.frames import in_timing
 from tests.adversarial.tiny_ext import ext
 
 _problem = sys.modules["kforge_problem"]
-
-
-def _timing() -> bool:
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "bench":
-            return True
-        frame = frame.f_back
-    return False
 
 
 class ModelNew(nn.Module):
@@ -26,7 +18,7 @@ class ModelNew(nn.Module):
         self.cached = None
 
     def forward(self, x):
-        if not _timing():
+        if not in_timing():
             return ext.relu(x)
         if self.cached is None:
             self.cached = ext.relu(x)
