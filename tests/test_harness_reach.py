@@ -51,10 +51,12 @@ def test_inputs_that_stop_fitting_stay_fresh(verdicts):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["frame_reader", "lazy_pages"])
 def test_what_the_frames_and_the_pages_hide_is_judged(verdicts, name):
-    """Correct only at the honest kernel's own speed (10 %), else not correct."""
+    """Correct only at about the honest kernel's own speed, else not correct. Unjudged, either skips nearly all
+    its timed work (~10x and more here); the bound leaves room for this VM, where one kernel's CPU evaluations in
+    fresh processes differ by up to ~20 % (lazy_pages' own loop, faulted in, timed 1.05-1.2x the shared one)."""
     v, honest = verdicts[name], verdicts["honest_captured"]
     assert honest.status is Status.CORRECT, honest.evidence
-    assert v.status is not Status.CORRECT or v.speedup <= 1.1 * honest.speedup, (v.speedup, honest.speedup, v.evidence)
+    assert v.status is not Status.CORRECT or v.speedup <= 1.5 * honest.speedup, (v.speedup, honest.speedup, v.evidence)
 
 
 @pytest.mark.slow
