@@ -114,8 +114,10 @@ class Guard:
         return replaced + changed + (self._dispatcher.changed() if dispatcher else [])
 
     def check(self, when: str, dispatcher: bool = True) -> None:
-        """`dispatcher=False` leaves the dispatcher's registrations for the next check: reading them costs 50-85 ms
-        (every operator's kernels), and a kernel registered now is still registered then."""
+        """`dispatcher=False` leaves the dispatcher's registrations for a later check: reading them costs 50-85 ms
+        (every operator's kernels), and a kernel registered now is still registered then. The child reads them
+        after timing, where a kernel in an op the harness calls after the timer would have paid, and after the
+        probe, the last look; one registered and removed between two reads is not seen by any schedule."""
         found = self.violations(dispatcher)
         if found:
             raise Tampered(f"{when}: " + "; ".join(found[:8]) + (f" (+{len(found) - 8} more)" if len(found) > 8 else ""))

@@ -16,7 +16,7 @@ from reference_problems import resolve_problem
 RELU = ROOT / "tests" / "adversarial" / "relu"
 VARYING = ROOT / "tests" / "problems" / "varying_relu.py"
 HONEST_VARYING = ROOT / "tests" / "candidates" / "varying_relu" / "honest.py"
-HOSTILE = ["frame_reader", "wrap_get_inputs", "misfit_inputs", "patch_probe_list", "lazy_pages"]
+HOSTILE = ["frame_reader", "wrap_get_inputs", "misfit_inputs", "patch_probe_list", "lazy_pages", "profile_hook"]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_inputs_that_stop_fitting_stay_fresh(verdicts):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["frame_reader", "lazy_pages"])
+@pytest.mark.parametrize("name", ["frame_reader", "lazy_pages", "profile_hook"])
 def test_what_the_frames_and_the_pages_hide_is_judged(verdicts, name):
     """Correct only at about the honest kernel's own speed, else not correct. Unjudged, either skips nearly all
     its timed work (~10x and more here); the bound leaves room for this VM, where one kernel's CPU evaluations in
@@ -60,8 +60,11 @@ def test_what_the_frames_and_the_pages_hide_is_judged(verdicts, name):
 
 
 @pytest.mark.slow
-def test_the_frame_reader_is_caught_in_a_skipped_call(verdicts):
-    v = verdicts["frame_reader"]
+@pytest.mark.parametrize("name", ["frame_reader", "profile_hook"])
+def test_a_call_that_skipped_its_work_is_caught(verdicts, name):
+    """The frame reader skips the calls it cannot see checked; the hook's work after the timer never runs, since
+    the harness clears hooks before the timer stops (left in place, it was `correct` at 34x its honest kernel)."""
+    v = verdicts[name]
     assert v.status is Status.INCORRECT and "timed call" in v.evidence.cause, v.evidence
 
 

@@ -283,6 +283,20 @@ def test_gpu_side_stream_stale_uninitialised_outputs_a_permuted_input_and_an_out
 
 @pytest.mark.gpu
 @needs_gpu
+def test_gpu_reach_into_the_harness_is_judged(gpu_adversarial_build_root):
+    """The CUDA runs of the candidates that reach the harness in their own process: a hook that queues the work
+    after the end event (the outputs are copied inside the timed window, hooks cleared there), the frame reader
+    (the parent picks the checked calls after each call) and a wrapped get_inputs (the problem file is guarded)."""
+    v = _gpu_run(["gpu_profile_hook", "gpu_frame_reader", "gpu_wrap_get_inputs"], "small", gpu_adversarial_build_root)
+    assert v["relu_cuda"].status is CORRECT, v["relu_cuda"].evidence
+    assert v["gpu_profile_hook"].status is INCORRECT, v["gpu_profile_hook"].evidence
+    reader = v["gpu_frame_reader"]
+    assert reader.status is INCORRECT or reader.speedup <= 1.5 * v["relu_cuda"].speedup, reader.evidence
+    assert (v["gpu_wrap_get_inputs"].status, v["gpu_wrap_get_inputs"].evidence.exploit) == (CHEAT, "judge_tampering")
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_gpu_content_cache_is_timed_doing_the_work(gpu_adversarial_build_root):
     """New values before every timed call: the cache on sampled values misses each time (it was `correct` and
     only the bandwidth floor caught it before)."""
