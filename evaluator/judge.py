@@ -30,10 +30,11 @@ from reference_problems import ProblemMeta
 # it. GPU medians of one batch repeat within ~0.5 % (the repairs: 0.05-0.44 % across evaluations), and a false
 # alarm costs only the pairing: the speedup is then taken against the reference timed alone, as before pairing.
 DISTURBED = 0.05
-# On CPU the same: the reference's blocks beside honest candidates ran 0.94-1.08x its median alone (8 runs on this
-# loaded 2-core VM; the machine's load moves it, pairing cancels that); beside a thread that outlasted the freeze,
-# 1.62x.
-CPU_DISTURBED = 0.3
+# On CPU the same, far looser: the reference's blocks beside honest candidates ran 0.94-1.08x its median alone on a
+# quiet 2-core VM, but with a core hogged by another process (the load pairing exists to cancel) 0.3 dropped the
+# pairing of an identical candidate. Beside a thread that outlasted the freeze it ran 1.62x: that pair is void (the
+# freeze did not take) and its loop time unexplained (timer_escape), so this check is only the last layer.
+CPU_DISTURBED = 1.0
 _LEAK_MIN_BYTES = {"host_rss": 16 * 2**20, "cuda_allocated": 2**20, "cuda_reserved": 2**20, "cuda_driver_used": 8 * 2**20,
                    "cuda_process_used": 8 * 2**20}
 

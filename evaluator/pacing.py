@@ -61,7 +61,9 @@ class Paired:
         fresh inputs, a cache flush and a share of one request's round trip. The candidate's rounds do the same
         around each of its calls; its process cannot change this figure (it is stopped meanwhile)."""
         reps = sum(map(len, self.reference))
-        return (self.reference_wall_s - sum(map(sum, self.reference)) / 1e3) / reps if reps else None
+        if not reps or self.reference_wall_s <= 0:  # no block clocked: no trusted figure
+            return None
+        return max(0.0, self.reference_wall_s - sum(map(sum, self.reference)) / 1e3) / reps
 
 
 class Pacer:
