@@ -17,10 +17,11 @@ from evaluator.protocol import Check, Rep, misfits
 from evaluator.trials import TIMED
 
 # Timed calls compared, on average, among the reps sure to run (`least`); past them each rep's odds fall as
-# CHECKED / (rep + 1), so a loop paced on to ten times `least` compares ~2.3x as many, not ten times as many, and
+# CHECKED / (rep + 1), so a loop paced on to ten times `least` compares ~3.3x as many, not ten times as many, and
 # skipping the work in any stretch of reps is still as likely to be seen as anywhere else of its length. The last
-# rep is compared besides (the child's snapshot of the reps that may be the last).
-CHECKED = 4
+# rep is compared besides (the child's snapshot of the reps that may be the last). Each comparison is a handoff
+# (~50 ms on an H100, the comparer's IPC open included): as many as the secret positions they replace.
+CHECKED = 3
 
 
 @dataclass

@@ -89,22 +89,20 @@ class _Keeper:
     ordered on CUDA: work left running on another stream or thread is not in them), then the parent is asked
     whether to compare that rep (`ask`, answered at random out of this process's reach), and the snapshot is
     handed over at once if so. The snapshot of every rep that may be the last is kept (each replacing the one
-    before) and handed over after timing: a candidate that goes wrong at the end is seen too. On CUDA the copy
-    was made inside the timed window (`_timed`). Outputs larger
+    before) and handed over after timing: a candidate that goes wrong at the end is seen too. Outputs larger
     than `budget` bytes are handed over as they are, never copied (a copy beside a 6.4 GB output ran an H100
     out of memory). The device is synchronised before the parent is asked: the parent counts the wait for a
     checked rep as the loop's pause, which must not include the call's own GPU time (a 137 ms conv1d kernel
     then looked faster than the loop that timed it)."""
 
     def __init__(self, ask, save, label, budget: int, device: str = "cpu"):
-        self.ask, self.save, self.label, self.budget = ask, save, label, budget
-        self.sync, self.copied_in_window = _sync(device), device == "cuda"  # on CUDA, `_timed` made the copy
+        self.ask, self.save, self.label, self.budget, self.sync = ask, save, label, budget, _sync(device)
         self.last: dict[str, list] = {}
 
     def __call__(self, i: int, least: int, checkpoint: bool, out) -> None:
         tensors = trials.as_tensors(out)
         copied = trials.nbytes(tensors) <= self.budget
-        kept = trials.snapshot(tensors) if copied and not self.copied_in_window else tensors
+        kept = trials.snapshot(tensors) if copied else tensors
         self.sync()
         if self.ask(i, least):
             self.save(kept, self.label())
@@ -121,22 +119,17 @@ def _snapshot_budget(device: str) -> int:
     return int(_SNAPSHOT_SHARE * hardware.device_memory(device))
 
 
-def _timed(call, device: str):
-    """The timed call as both sides make it. Right after the model returns, still inside the timed window, any
-    profile or trace hook is cleared: one left by forward() would run candidate code between the timer's stop
-    and the snapshot, doing then the work the call skipped. On CUDA the outputs are snapshotted there too,
-    stream-ordered before the end event, so work queued after the timer (by a hook, a thread or a callback)
-    cannot reach what is compared; both sides pay that copy, outputs over the snapshot budget excepted. On CPU,
-    where a copy costs more than many calls, the pages are read in the window instead (timing.touch) and the
-    snapshot follows the timer."""
-    budget = _snapshot_budget(device)
-
+def _timed(call):
+    """The timed call as both sides make it: right after the model returns, still inside the timed window, any
+    profile or trace hook is cleared. One left by forward() would run candidate code between the timer's stop
+    and the snapshot, doing then the work the call skipped (tests/adversarial/relu/profile_hook.py: `correct`
+    at 34x its honest kernel). A copy of the outputs inside the window would shut out work queued after the
+    timer by a thread too, but it moved the repairs' speedups on an H100 by up to 25 % (the copy of a 2 GB
+    output beside a 5 ms reference): the snapshot follows the timer, stream-ordered on CUDA."""
     def timed():
         out = call()
         sys.setprofile(None)
         sys.settrace(None)
-        if device == "cuda" and trials.nbytes(tensors := trials.as_tensors(out)) <= budget:
-            return trials.snapshot(tensors)
         return out
     return timed
 
@@ -248,7 +241,7 @@ def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: 
             handed.add(label)
             save(tensors, label)
         keeper = _Keeper(ask, hand, fresh.label, _snapshot_budget(device), device)
-        _time(chan, req, _timed(call, device), fresh, on_rep=keeper, pace=pace if req.timing.paired else None)
+        _time(chan, req, _timed(call), fresh, on_rep=keeper, pace=pace if req.timing.paired else None)
         check("timing")
         chan.send(Stage(stage="probe"))
         chan.send(_probe(req, model, problem, fresh, changed, keeper.take(), save, handed))
@@ -276,11 +269,11 @@ def _run_reference(chan: Channel, req: ReferenceRequest, model, problem, request
         inputs = trials.make_inputs(problem, req.timing_seed, device)
         fresh = trials.FreshInputs(inputs, problem, req.timing_seed, device)  # timed as the candidate is
         expected.timed = fresh
-        timer = comparer.Timer(_timed(lambda: model(*inputs), device), fresh, device)  # and beside each round
+        timer = comparer.Timer(_timed(lambda: model(*inputs)), fresh, device)  # and beside each round
         _time(chan, req, timer.call, fresh)
         if req.compile_baseline:
             compiled = torch.compile(model)
-            chan.send(Timing(which="compiled", samples=_bench(_timed(lambda: compiled(*inputs), device), req, fresh=fresh)))
+            chan.send(Timing(which="compiled", samples=_bench(_timed(lambda: compiled(*inputs)), req, fresh=fresh)))
             del compiled
     chan.send(Stage(stage="footprint"))
     _memory(chan, device)
@@ -352,13 +345,12 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
     chan.send(Compiled(seconds=seconds, cache_hit=cached, steps={} if cached else loading.build_steps(build_dir)))
     if isinstance(req, CandidateRequest):
         chan.send(watch.report)
-        judge.check("at import", dispatcher=False)  # the dispatcher is read after timing and after the probe:
-        # a kernel registered now is still registered then (see Guard.check)
+        judge.check("at import", dispatcher=False)  # the dispatcher is read once, last (see Guard.check)
         chan.send(Stage(stage="init"))
         model = trials.build_model(module.ModelNew, problem, req.init_seed, device)
         judge.check("in __init__", dispatcher=False)
         _run_candidate(chan, req, model, problem, watch,
-                       lambda stage: judge.check(f"during {stage}", dispatcher=stage in ("timing", "probe")),
+                       lambda stage: judge.check(f"during {stage}", dispatcher=stage == "probe"),
                        _handoff(chan, requests, req), _pacer(chan, requests),
                        _marker(chan, requests, device), _asker(chan, requests))
 

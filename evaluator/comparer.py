@@ -94,9 +94,8 @@ def _received(request: Compare, opened: ipc.Opened) -> list:
 
 
 def _copy(_rep: int, _least: int, _checkpoint: bool, out) -> None:
-    """What the candidate's harness does after every timed call on CPU (its outputs snapshotted), done here too,
-    so the loop's time beside the samples costs both sides alike (the parent's wall-clock check reads the
-    reference's). On CUDA both sides copy inside the timed call itself (the child's `_timed`)."""
+    """What the candidate's harness does after every timed call (its outputs snapshotted), done here too, so the
+    loop's time beside the samples costs both sides alike (the parent's wall-clock check reads the reference's)."""
     trials.snapshot(trials.as_tensors(out))
 
 
@@ -106,13 +105,12 @@ class Timer:
 
     def __init__(self, call, fresh: trials.FreshInputs, device: str):
         self.call, self.fresh, self.device = call, fresh, device
-        self.after = _copy if device == "cpu" else (lambda *_: None)  # after each timed call, as the candidate's harness
         self.flush = timing.flush_buffer(device)  # made once: the comparer's footprint counts it
 
     def time(self, request: TimeBlock) -> Block:
         with torch.no_grad():
             return Block(samples=timing.block(self.call, self.device, request.first, request.reps, self.flush, self.fresh,
-                                              on_rep=self.after))
+                                              on_rep=_copy))
 
 
 class Comparer:
