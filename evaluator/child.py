@@ -91,19 +91,18 @@ class _Keeper:
     handed over at once if so. The snapshot of every rep that may be the last is kept (each replacing the one
     before) and handed over after timing: a candidate that goes wrong at the end is seen too. Outputs larger
     than `budget` bytes are handed over as they are, never copied (a copy beside a 6.4 GB output ran an H100
-    out of memory). The device is synchronised before the parent is asked: the parent counts the wait for a
-    checked rep as the loop's pause, which must not include the call's own GPU time (a 137 ms conv1d kernel
-    then looked faster than the loop that timed it)."""
+    out of memory). Nothing waits for the device before the parent answers: the next call's work queues behind
+    this one's, as in the reference's blocks (a wait there left multi-kernel calls launch-bound and moved a
+    repair's speedup by 2 % on an H100)."""
 
-    def __init__(self, ask, save, label, budget: int, device: str = "cpu"):
-        self.ask, self.save, self.label, self.budget, self.sync = ask, save, label, budget, _sync(device)
+    def __init__(self, ask, save, label, budget: int):
+        self.ask, self.save, self.label, self.budget = ask, save, label, budget
         self.last: dict[str, list] = {}
 
     def __call__(self, i: int, least: int, checkpoint: bool, out) -> None:
         tensors = trials.as_tensors(out)
         copied = trials.nbytes(tensors) <= self.budget
         kept = trials.snapshot(tensors) if copied else tensors
-        self.sync()
         if self.ask(i, least):
             self.save(kept, self.label())
         if checkpoint and copied:
@@ -240,7 +239,7 @@ def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: 
         def hand(tensors: list, label: str) -> None:
             handed.add(label)
             save(tensors, label)
-        keeper = _Keeper(ask, hand, fresh.label, _snapshot_budget(device), device)
+        keeper = _Keeper(ask, hand, fresh.label, _snapshot_budget(device))
         _time(chan, req, _timed(call), fresh, on_rep=keeper, pace=pace if req.timing.paired else None)
         check("timing")
         chan.send(Stage(stage="probe"))
