@@ -285,14 +285,19 @@ def test_gpu_side_stream_stale_uninitialised_outputs_a_permuted_input_and_an_out
 @needs_gpu
 def test_gpu_reach_into_the_harness_is_judged(gpu_adversarial_build_root):
     """The CUDA runs of the candidates that reach the harness in their own process: a hook that queues the work
-    after the end event (the outputs are copied inside the timed window, hooks cleared there), the frame reader
-    (the parent picks the checked calls after each call) and a wrapped get_inputs (the problem file is guarded)."""
-    v = _gpu_run(["gpu_profile_hook", "gpu_frame_reader", "gpu_wrap_get_inputs"], "small", gpu_adversarial_build_root)
+    after the end event (hooks are cleared inside the timed window), the frame reader (the parent picks the
+    checked calls after each call), a wrapped get_inputs (the problem file is guarded), a problem resized so
+    that the fills misfit (fresh inputs go on in new tensors) and a patched probe message (every child-side
+    module is guarded)."""
+    v = _gpu_run(["gpu_profile_hook", "gpu_frame_reader", "gpu_wrap_get_inputs", "gpu_misfit_inputs",
+                  "gpu_patch_probe_list"], "small", gpu_adversarial_build_root)
     assert v["relu_cuda"].status is CORRECT, v["relu_cuda"].evidence
     assert v["gpu_profile_hook"].status is INCORRECT, v["gpu_profile_hook"].evidence
     reader = v["gpu_frame_reader"]
     assert reader.status is INCORRECT or reader.speedup <= 1.5 * v["relu_cuda"].speedup, reader.evidence
-    assert (v["gpu_wrap_get_inputs"].status, v["gpu_wrap_get_inputs"].evidence.exploit) == (CHEAT, "judge_tampering")
+    for name in ("gpu_wrap_get_inputs", "gpu_patch_probe_list"):
+        assert (v[name].status, v[name].evidence.exploit) == (CHEAT, "judge_tampering"), v[name].evidence
+    assert v["gpu_misfit_inputs"].status is INCORRECT, v["gpu_misfit_inputs"].evidence
 
 
 @pytest.mark.gpu

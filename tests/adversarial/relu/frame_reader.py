@@ -5,7 +5,7 @@ parent decides after each call: nothing in these frames says which."""
 import torch
 import torch.nn as nn
 
-from tests.adversarial.frames import will_be_checked
+from tests.adversarial.reach import will_be_checked
 from tests.adversarial.tiny_ext import ext
 
 

@@ -2,7 +2,7 @@
 import torch
 import torch.nn as nn
 
-from tests.adversarial.frames import will_be_checked
+from tests.adversarial.reach import will_be_checked
 from tests.adversarial.gpu_tiny_ext import ext
 
 

@@ -1,7 +1,7 @@
 """wrap_get_inputs.py on CUDA."""
 import torch.nn as nn
 
-from tests.adversarial.frames import work_in_fill
+from tests.adversarial.reach import work_in_fill
 from tests.adversarial.gpu_tiny_ext import ext
 
 _ready = work_in_fill(ext.relu)

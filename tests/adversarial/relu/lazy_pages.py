@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
-from tests.adversarial.frames import in_timing
+from tests.adversarial.reach import in_timing
 
 SOURCE = r"""
 #include <signal.h>

@@ -6,7 +6,7 @@ import sys
 import torch
 import torch.nn as nn
 
-from tests.adversarial.frames import after_timer, in_timing
+from tests.adversarial.reach import after_timer, in_timing
 from tests.adversarial.tiny_ext import ext
 
 

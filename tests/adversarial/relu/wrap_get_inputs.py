@@ -2,7 +2,7 @@
 writes a timed call's new inputs, the output is computed there and the timed call returns it at once."""
 import torch.nn as nn
 
-from tests.adversarial.frames import work_in_fill
+from tests.adversarial.reach import work_in_fill
 from tests.adversarial.tiny_ext import ext
 
 _ready = work_in_fill(ext.relu)

@@ -59,3 +59,33 @@ def work_in_fill(work) -> dict:
         return inputs
     problem.get_inputs = get_inputs
     return ready
+
+
+def resizing_cache(relu):
+    """A forward() that works outside timing; in timing it returns its first timed output every time, after
+    resizing the problem (a global its get_inputs reads) so that the next input fills no longer fit."""
+    problem, cached = sys.modules["kforge_problem"], []
+
+    def forward(self, x):
+        if not in_timing():
+            return relu(x)
+        if not cached:
+            cached.append(relu(x))
+            problem.batch_size += 1
+        return cached[0]
+    return forward
+
+
+def quiet_probe() -> None:
+    """Patches the child-side probe message so that it lists no timed call's outputs."""
+    from evaluator import protocol
+
+    class Quiet(protocol.Probe):
+        def __init__(self, **kw):
+            kw["outputs"] = {k: v for k, v in kw.get("outputs", {}).items() if not k.startswith("timed_")}
+            super().__init__(**kw)
+
+    protocol.Probe = Quiet
+    for name in ("evaluator.child", "__main__"):  # the child's entry point, imported or run as a script
+        if hasattr(sys.modules.get(name), "Probe"):
+            sys.modules[name].Probe = Quiet
