@@ -22,7 +22,8 @@ from evaluator.hardware import visible_gpus
 from evaluator.jail_rules import jail_spec, require_layers
 from evaluator.protocol import WARM_GPU, CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
 from evaluator.results import ChildResult
-from evaluator.sandbox import COMPILER_IDLE_S, Child, run_tool
+from evaluator.budgets import COMPILER_IDLE_S
+from evaluator.sandbox import Child, run_tool
 from evaluator.timing import CPU_CHILD_ENV, cpu_cores
 from reference_problems import Problem
 

@@ -18,7 +18,7 @@ import pytest
 
 from evaluator import CandidateJob, EvalSettings, Status, evaluate, resources
 from evaluator.contracts import Limits
-from evaluator.sandbox import COMPILER_IDLE_S, DISK_QUOTA_MB
+from evaluator.budgets import COMPILER_IDLE_S, DISK_QUOTA_MB
 from reference_problems import resolve_problem
 from tests.conftest import ROOT, running
 
