@@ -86,31 +86,52 @@ _SNAPSHOT_SHARE = 0.1  # of the device's memory: what a kept snapshot may take (
 
 class _Keeper:
     """on_rep hook of the timed loop. Each rep's outputs are snapshotted as soon as its timer stopped (stream-
-    ordered on CUDA: work left running on another stream or thread is not in them), then the parent is asked
-    whether to compare that rep (`ask`, answered at random out of this process's reach), and the snapshot is
-    handed over at once if so. The snapshot of every rep that may be the last is kept (each replacing the one
-    before) and handed over after timing: a candidate that goes wrong at the end is seen too. Outputs larger
-    than `budget` bytes are handed over as they are, never copied (a copy beside a 6.4 GB output ran an H100
-    out of memory). Nothing waits for the device before the parent answers: the next call's work queues behind
-    this one's, as in the reference's blocks (a wait there left multi-kernel calls launch-bound and moved a
-    repair's speedup by 2 % on an H100)."""
+    ordered on CUDA: work left running on another stream or thread is not in them) and the parent is told
+    (`ask`) when the round ends, in one message: it draws, at random and out of this process's reach, which of
+    them are compared. The snapshots it chose are kept and handed over after timing, as far as `budget` bytes
+    hold them (beyond, at once): handoffs inside the timed loop (a file written, the comparer's work on the
+    timing core) timed an identical candidate at 0.87x its reference with a core hogged. The snapshot of
+    every rep that may be the last is kept (each replacing the one before) and handed over after timing: a
+    candidate that goes wrong at the end is seen too. Snapshots wait only while they fit `budget` bytes
+    together, and at most a round's worth (timing.ROUND) where no round is paced; outputs larger than that are
+    handed over as they are, never copied (a copy beside a 6.4 GB output ran an H100 out of memory)."""
 
     def __init__(self, ask, save, label, budget: int):
         self.ask, self.save, self.label, self.budget = ask, save, label, budget
+        self.told: list[tuple[int, str, list]] = []  # (rep, label, snapshot) not yet asked about
+        self.least = 1
+        self.chosen: dict[str, list] = {}  # snapshots the parent asked for, handed over after timing
+        self.held = 0  # their bytes
         self.last: dict[str, list] = {}
 
     def __call__(self, i: int, least: int, checkpoint: bool, out) -> None:
         tensors = trials.as_tensors(out)
-        copied = trials.nbytes(tensors) <= self.budget
+        size = trials.nbytes(tensors)
+        copied = size <= self.budget
         kept = trials.snapshot(tensors) if copied else tensors
-        if self.ask(i, least):
-            self.save(kept, self.label())
+        self.told.append((i, self.label(), kept))
+        self.least = least
+        if checkpoint or not copied or len(self.told) >= timing.ROUND or (len(self.told) + 1) * size > self.budget:
+            self._answered()
         if checkpoint and copied:
             self.last = {self.label(): kept}
 
+    def _answered(self) -> None:
+        """Ask the parent about the reps held since the last answer, and hand over the ones it chose."""
+        told, self.told = self.told, []
+        chosen = set(self.ask(told[0][0], len(told), self.least))
+        for rep, label, kept in told:
+            if rep not in chosen:
+                continue
+            size = trials.nbytes(kept)
+            if self.held + size <= self.budget:
+                self.chosen[label], self.held = kept, self.held + size
+            else:
+                self.save(kept, label)
+
     def take(self) -> dict[str, list]:
-        """The last snapshot, handed over once (the keeper keeps none of it)."""
-        taken, self.last = self.last, {}
+        """The chosen snapshots and the last, handed over once (the keeper keeps none of them)."""
+        taken, self.chosen, self.last, self.held = self.chosen | self.last, {}, {}, 0
         return taken
 
 
@@ -202,9 +223,10 @@ def _handoff(chan: Channel, requests, req: CandidateRequest):
 
 
 def _asker(chan: Channel, requests):
-    """After a timed call: whether the parent wants its outputs now."""
-    def ask(rep: int, least: int) -> bool:
-        return Check.model_validate_json(_ask(chan, requests, Rep(which=rep, least=least), "it chose the checks")).check
+    """After a round of timed calls: which of them the parent wants handed over."""
+    def ask(first: int, reps: int, least: int) -> list[int]:
+        message = Rep(which=first, reps=reps, least=least)
+        return Check.model_validate_json(_ask(chan, requests, message, "it chose the checks")).checked
     return ask
 
 

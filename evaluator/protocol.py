@@ -146,11 +146,10 @@ class Go(_Line):
 
 
 class Check(_Line):
-    """To a candidate child, after a timed call (`rep`): whether to hand that call's outputs over now. Decided
-    by the parent after the call, at random: nothing in the candidate's process knows beforehand which calls
-    are compared."""
+    """To a candidate child, after a round of timed calls (`rep`): which of them to hand over. Decided by the
+    parent after the calls, at random: nothing in the candidate's process knows beforehand which are compared."""
 
-    check: bool
+    checked: list[int]
 
 
 class TimeBlock(_Line):
@@ -291,10 +290,11 @@ class Pace(Message):
 
 
 class Rep(Message):
-    """After each timed call's timer stopped: the parent answers Check."""
+    """After a round of timed calls, their outputs snapshotted: the parent answers Check."""
 
     event: Literal["rep"] = "rep"
-    which: int = Field(ge=0)  # the timed rep
+    which: int = Field(ge=0)  # the round's first rep
+    reps: int = Field(ge=1)  # how many
     least: int = Field(ge=1)  # reps that run whatever happens (the parent's odds of a check follow it)
 
 

@@ -192,9 +192,6 @@ def _relay(batch: Batch, prep: _Prepared, server: ReferenceServer, comparisons: 
         waited["comparer_recompute"] += comparisons[label].get("recompute_s", 0.0)
         if path is not None:
             path.unlink(missing_ok=True)
-        asked = checks.handed(label)
-        if asked is not None and path is not None:  # CPU: the wait is kforge's; on CUDA it holds the call's own
-            pacer.paired.paused_s += time.monotonic() - asked  # GPU time too (the loop is checked only from above)
         return Ack(ack=label)
     return on_message
 

@@ -25,7 +25,7 @@ _CPU_MIN_SHARE = 0.25  # on CPU, with no trusted figure for the fills, the sampl
 # honest candidates on this loaded 2-core VM left 0.008-0.089 s of 0.40-1.9 s loops unexplained (at most 61 % of
 # this allowance); a wrapper reporting 1 call in 10 of relu's 3.2 ms kernel left 0.21 s of 0.42 s (146 % of it).
 _CPU_UNEXPLAINED = 0.1
-_ROUND, _MIN_FOR_INTERVAL = 10, 20  # reps between looks at the median's interval; reps before the first look
+ROUND, _MIN_FOR_INTERVAL = 10, 20  # reps between looks at the median's interval; reps before the first look
 _PAIRS = 10  # paced: rounds are made small enough that the reps budget holds at least this many
 # A paced round on CUDA is at most 5 reps: events time each call to the microsecond and a quiet GPU's paired
 # ratios agree to 0.1 %, so 6 pairs of 5 settle what 10 of 10 did; the whole of level 1 warm spent 1.4 s of each
@@ -227,7 +227,7 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
           rel_ci: float | None = None, fresh: Callable[[int], None] = _ignore,
           pace: Callable[[Pace], bool] | None = None) -> list[float]:
     """Per-call times in ms: warm up for warmup_ms, then repeat for about rep_ms (within [min_reps, max_reps]).
-    With rel_ci, stop earlier, at the end of a round of _ROUND reps, once at least _MIN_FOR_INTERVAL (and
+    With rel_ci, stop earlier, at the end of a round of ROUND reps, once at least _MIN_FOR_INTERVAL (and
     min_reps) were taken and the median's 95 % interval is within +-rel_ci of it: a steady kernel is timed in
     tens of reps instead of a second. With `pace`, rounds are made small enough for _PAIRS of them and the hook
     decides when to stop instead (the parent times the reference beside each round and watches the ratio).
@@ -254,10 +254,10 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
     sync()
     most = min(max_reps, max(min_reps, int(rep_ms / estimate)))
     if pace is not None:  # small rounds, at least _PAIRS of them; the hook decides after `least`
-        size = max(1, min(_CUDA_ROUND if device == "cuda" else _ROUND, most // _PAIRS))
+        size = max(1, min(_CUDA_ROUND if device == "cuda" else ROUND, most // _PAIRS))
         least = min(most, max(min_reps, _MIN_FOR_INTERVAL))
-    elif rel_ci is not None:  # rounds of _ROUND until the interval is tight
-        size, least = _ROUND, min(most, max(min_reps, _MIN_FOR_INTERVAL))
+    elif rel_ci is not None:  # rounds of ROUND until the interval is tight
+        size, least = ROUND, min(most, max(min_reps, _MIN_FOR_INTERVAL))
     else:  # the whole budget in one go
         size, least = most, most
     flush = flush_buffer(device, flush_l2)

@@ -60,11 +60,11 @@ def test_what_the_frames_and_the_pages_hide_is_judged(verdicts, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["frame_reader", "profile_hook"])
-def test_a_call_that_skipped_its_work_is_caught(verdicts, name):
-    """The frame reader skips the calls it cannot see checked; the hook's work after the timer never runs, since
-    the harness clears hooks before the timer stops (left in place, it was `correct` at 34x its honest kernel)."""
-    v = verdicts[name]
+def test_work_left_for_a_hook_after_the_timer_is_never_done(verdicts):
+    """The harness clears hooks before the timer stops, so the hook's work never runs and the call's output is
+    wrong (left in place, the hook was `correct` at 34x its honest kernel). The frame reader is judged above: on
+    a loaded machine its rounds can be of one call, each one a round's last, and it then does all the work."""
+    v = verdicts["profile_hook"]
     assert v.status is Status.INCORRECT and "timed call" in v.evidence.cause, v.evidence
 
 
@@ -77,22 +77,23 @@ def test_a_problem_whose_shapes_change_with_the_seed_judges_an_honest_kernel_cor
 
 def test_the_parent_checks_each_call_at_random_after_it_ran():
     checks = Checks(max_reps=10_000)
-    answers = [checks({"event": "rep", "which": rep % 40, "least": 40, "_t": 0.0}).check for rep in range(4000)]
-    assert 0.6 * CHECKED * 100 < sum(answers) < 1.4 * CHECKED * 100  # CHECKED per 40 reps sure to run, on average
-    assert checks.asked == [f"timed_{rep % 40}" for rep, checked in enumerate(answers) if checked]
-    assert checks.handed(checks.asked[0]) == 0.0 and checks.handed(checks.asked[0]) is None
+    answers = [checks({"event": "rep", "which": 0, "reps": 10, "least": 40, "_t": 0.0}).checked for _ in range(400)]
+    assert 0.6 * CHECKED * 100 < sum(map(len, answers)) < 1.4 * CHECKED * 100  # CHECKED per 40 reps sure to run
+    assert checks.asked == [f"timed_{rep}" for answer in answers for rep in answer]
+    assert all(0 <= rep < 10 for answer in answers for rep in answer)
     assert not checks.forged
 
 
 def test_past_the_reps_sure_to_run_the_odds_of_a_check_fall_with_the_rep():
     checks = Checks(max_reps=100_000)
-    late = sum(checks({"event": "rep", "which": 400, "least": 20, "_t": 0.0}).check for _ in range(20_000))
+    late = sum(len(checks({"event": "rep", "which": 400, "reps": 1, "least": 20, "_t": 0.0}).checked) for _ in range(20_000))
     assert 0.6 * CHECKED * 50 < late < 1.4 * CHECKED * 50  # CHECKED / 401 of 20,000
 
 
-@pytest.mark.parametrize("message", [{"event": "rep", "which": 10_000, "least": 20},
-                                     {"event": "rep", "which": 3, "least": 0}, {"event": "rep", "which": "x"}])
+@pytest.mark.parametrize("message", [{"event": "rep", "which": 10_000, "reps": 1, "least": 20},
+                                     {"event": "rep", "which": 0, "reps": 11, "least": 20},
+                                     {"event": "rep", "which": 3, "reps": 1, "least": 0}, {"event": "rep", "which": "x"}])
 def test_a_rep_message_the_harness_would_not_send_is_refused(message):
     checks = Checks(max_reps=10_000)
-    assert checks(message).check is False
+    assert checks(message).checked == []
     assert checks.forged and not checks.asked

@@ -357,28 +357,34 @@ def _keep(budget: int, asked: set[int], reps: int = 30, least: int = 20) -> tupl
     once (label -> the tensors handed over, and the live output of that rep), and what it kept for after timing."""
     from evaluator.child import _Keeper
 
-    rep, handed = [0], {}
+    rep, handed, rounds = [0], {}, []
     outputs = [torch.full((1024,), float(i)) for i in range(reps)]
-    keeper = _Keeper(lambda i, _least: i in asked, lambda tensors, label: handed.update({label: tensors}),
-                     lambda: f"timed_{rep[0]}", budget)
+
+    def ask(first: int, count: int, _least: int) -> list[int]:
+        rounds.append(range(first, first + count))
+        return [i for i in rounds[-1] if i in asked]
+    keeper = _Keeper(ask, lambda tensors, label: handed.update({label: tensors}), lambda: f"timed_{rep[0]}", budget)
     for i in range(reps):
         rep[0] = i
-        keeper(i, least, i >= least, outputs[i])
-    return {label: (got, outputs[int(label.split("_")[1])]) for label, got in handed.items()}, keeper.take()
+        keeper(i, least, i >= least or i % 10 == 9, outputs[i])  # rounds of 10 until `least`, then of one
+    assert [i for r in rounds for i in r] == list(range(reps))  # every rep asked about once, in order
+    live = lambda label: outputs[int(label.split("_")[1])]  # noqa: E731
+    return ({label: (got, live(label)) for label, got in handed.items()},
+            {label: (got, live(label)) for label, got in keeper.take().items()})
 
 
-def test_asked_reps_are_handed_over_as_copies_taken_when_their_timer_stopped():
+def test_asked_reps_are_kept_as_copies_taken_when_their_timer_stopped_and_handed_over_after_timing():
     """The snapshot is taken before the parent is asked, so nothing the candidate does once it knows can reach
-    what is compared; the last rep that may end the loop is kept for after timing."""
+    what is compared; what it asked for, and the last rep that may end the loop, go over once timing is done."""
     handed, kept = _keep(budget=1 << 20, asked={3, 17})
-    assert sorted(handed) == ["timed_17", "timed_3"] and list(kept) == ["timed_29"]
-    for got, live in handed.values():
+    assert handed == {} and sorted(kept) == ["timed_17", "timed_29", "timed_3"]
+    for got, live in kept.values():
         assert got[0].data_ptr() != live.data_ptr() and torch.equal(got[0], live)
 
 
 def test_outputs_over_the_memory_budget_are_handed_over_as_they_are_and_not_kept():
     """Four 7.5 GB snapshots ran the candidate out of GPU memory on the H100: an output over the budget is never
-    copied, so an asked rep goes over as it is and no last rep is held."""
+    copied, so an asked rep goes over at once, as it is, and no last rep is held."""
     handed, kept = _keep(budget=4096 - 1, asked={5})
     got, live = handed["timed_5"]
     assert got[0] is live and kept == {}
