@@ -16,7 +16,7 @@ from typing import Callable, TypeVar
 
 import torch
 
-from evaluator import buildcache, gpumemory, precompiled, resources
+from evaluator import buildcache, gpumemory, lean_headers, precompiled, resources
 from evaluator.contracts import EvalSettings, EvaluatorError
 from evaluator.hardware import visible_gpus
 from evaluator.jail_rules import jail_spec, require_layers
@@ -250,7 +250,8 @@ def _machine_lock(device: str | None) -> int | None:
 
 
 def build_key(source: str, device: str) -> str:
-    """Builds are reusable exactly when source, toolchain and target are the same."""
+    """Builds are reusable exactly when source, toolchain, target and the way kforge builds are the same."""
     arch = torch.cuda.get_arch_list() if device == "cuda" else [platform.machine()]
-    material = "\0".join([source, torch.__version__, str(torch.version.cuda), device, ",".join(arch), platform.python_version()])
+    material = "\0".join([source, torch.__version__, str(torch.version.cuda), device, ",".join(arch), platform.python_version(),
+                          lean_headers.VERSION])
     return hashlib.sha256(material.encode()).hexdigest()[:24]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator import (comparer, confine, extensions, guard, hardware, introspect, jail, leaks, loading, precompiled,
+from evaluator import (comparer, confine, extensions, guard, hardware, introspect, jail, lean_headers, leaks, loading, precompiled,
                        timing, trials)
 from evaluator.protocol import (CandidateRequest, Check, Cheat, Compiled, Done, Env, Error, Go, IntrospectRequest,
                                 LeakMark, Leaks, Loaded, Memory, Message, Outputs, Pace, Probe, Profiled, ProfileRequest,
@@ -354,6 +354,7 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
     build_dir, candidate = Path(os.environ["TORCH_EXTENSIONS_DIR"]), Path(req.candidate_path)
     headers = precompiled.Headers(build_dir.parent)  # the build root: shared by every candidate's build
     headers.install()  # both roles: the candidate child must write the same build.ninja, or ninja rebuilds
+    lean_headers.install()  # the same: a .cu built lean (or full after a failed lean build) loads as it was built
     if isinstance(req, ProfileRequest):
         jail.narrow_profile_target()  # before any candidate code: its /proc is its own, not ncu's
         module = loading.import_file(candidate, "kforge_candidate")  # the cache's build: nothing is compiled
@@ -363,7 +364,8 @@ def _serve(chan: Channel, req: Request, confined: bool, requests) -> None:
     judge = guard.Guard(guard.harness_modules(problem))
     chan.send(Stage(stage="compile"))
     module, seconds, cached = loading.load_candidate(candidate, build_dir)
-    chan.send(Compiled(seconds=seconds, cache_hit=cached, steps={} if cached else loading.build_steps(build_dir)))
+    chan.send(Compiled(seconds=seconds, cache_hit=cached, steps={} if cached else loading.build_steps(build_dir),
+                       headers=lean_headers.builds))
     if isinstance(req, CandidateRequest):
         chan.send(watch.report)
         judge.check("at import", dispatcher=False)  # the dispatcher is read once, last (see Guard.check)

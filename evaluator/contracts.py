@@ -173,6 +173,7 @@ class Evidence(BaseModel):
     compile_s: float | None = None
     cache_hit: bool | None = None
     build_steps_s: dict[str, float] = Field(default_factory=dict)  # ninja step (object file, link) -> seconds
+    build_headers: list[str] = Field(default_factory=list)  # each CUDA source: built with lean or full torch headers
     # wall seconds: the compile child; this candidate's wait for its problem's reference (the device included) and
     # that reference's run from request to ready (once per problem, shared); then each stage of its own run
     stage_s: dict[str, float] = Field(default_factory=dict)

@@ -221,6 +221,7 @@ class Compiled(Message):
     seconds: float
     cache_hit: bool
     steps: dict[str, float]
+    headers: list[str] = Field(default_factory=list)  # how each CUDA source was built: lean or full (evaluator/lean_headers.py)
 
 
 class Kernels(Message):

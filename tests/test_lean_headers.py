@@ -1,0 +1,87 @@
+"""The lean torch headers for a load_inline .cu: which sources get them, and, with the real nvcc, that a source
+needing more than the lean set still builds (with torch's full headers) and loads again without a rebuild."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evaluator import lean_headers
+from evaluator.loading import build_steps
+
+ROOT = Path(__file__).resolve().parent.parent
+SET = ROOT / "benchmarks" / "compile_set"
+
+
+def test_sources_that_need_the_full_headers_are_named():
+    assert lean_headers.why_full((SET / "softmax_rows.cu").read_text(), []) is None
+    assert lean_headers.why_full((SET / "relu_dispatch.cu").read_text(), ["-O3", "--use_fast_math"]) is None
+    assert lean_headers.why_full("#include <torch/extension.h>\nPYBIND11_MODULE(m, x) {}", []) == "uses PYBIND11_MODULE"
+    assert lean_headers.why_full("auto t = torch::tensor({1.0, 2.0});", []) == "uses torch::tensor"
+    assert lean_headers.why_full("#include <torch/torch.h>\n", []) == "includes torch/torch.h"
+    assert lean_headers.why_full("", ["-O3", "-I/tmp/x"]) == "its nvcc flags set -I/tmp/x"
+
+
+def test_the_lean_header_holds_each_operator_called_and_no_other():
+    text = lean_headers.lean_header((SET / "matmul_tiled.cu").read_text() + "\nauto z = at::matmul(a, b);")
+    ops = [line for line in text.splitlines() if line.startswith("#include <ATen/ops/")]
+    assert ops == ["#include <ATen/ops/matmul.h>", "#include <ATen/ops/zeros.h>"]
+    unqualified = lean_headers.lean_header("using namespace torch;\nauto y = empty_like(x); int n = max(a, b);")
+    assert "#include <ATen/ops/empty_like.h>" in unqualified and "#include <ATen/ops/max.h>" in unqualified
+    assert "#include <ATen/ops/empty_like.h>" not in lean_headers.lean_header("auto y = empty_like(x);")
+
+
+_LOAD = """
+import json, os, sys
+import torch.utils.cpp_extension as cpp_extension
+from evaluator import lean_headers
+cpp_extension.CUDA_HOME = cpp_extension.CUDA_HOME or os.environ["CUDA_HOME"]  # a CPU torch: nvcc builds the .cu object
+lean_headers.install()
+try:
+    cpp_extension.load_inline(name="lean_probe", cpp_sources="", cuda_sources=open(sys.argv[1]).read(), build_directory=sys.argv[2])
+except Exception as exc:  # without CUDA's torch libraries the link fails, after the objects are built
+    pass
+print(json.dumps(lean_headers.builds))
+"""
+
+
+def _load(source: Path, build: Path) -> list[str]:
+    """load_inline in a fresh process, as a compile child and then the candidate's child call it."""
+    cuda_home = str(Path(shutil.which("nvcc")).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_CUDA_ARCH_LIST": "9.0", "CUDA_HOME": os.environ.get("CUDA_HOME", cuda_home)}
+    out = subprocess.run([sys.executable, "-c", _LOAD, str(source), str(build)], env=env, capture_output=True, text=True,
+                         timeout=900)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc") and not os.environ.get("KFORGE_REQUIRE_NVCC"),
+                                reason="no nvcc on PATH (CI sets KFORGE_REQUIRE_NVCC: there it must run)")
+
+
+@needs_nvcc
+def test_a_source_needing_more_than_the_lean_set_builds_with_the_full_headers_and_loads_without_a_rebuild(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    said = _load(SET / "conv_indexing.cu", build)
+    assert len(said) == 1 and said[0].startswith("full: the lean build failed (cuda.cu(") and "Slice" in said[0], said
+    assert (build / "cuda.cuda.o").exists()
+    ninja = (build / "build.ninja").read_text()
+    assert lean_headers.DIRECTORY not in ninja  # the object on disk is the full build's
+    built = build_steps(build)["cuda.cuda.o"]
+    assert _load(SET / "conv_indexing.cu", build) == said  # the candidate's child: the same build, from the marker
+    assert build_steps(build)["cuda.cuda.o"] == built and (build / "build.ninja").read_text() == ninja
+
+
+@needs_nvcc
+def test_a_plain_kernel_builds_lean(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    assert _load(SET / "softmax_rows.cu", build) == ["lean"]
+    assert (build / "cuda.cuda.o").exists()
+    assert f"-I{build / lean_headers.DIRECTORY}" in (build / "build.ninja").read_text()
