@@ -222,7 +222,7 @@ def main() -> None:
     ap.add_argument("--level", type=int, default=1)
     ap.add_argument("--ids", type=problem_ids, default=None, help="only these problems of the level, e.g. 1-6,19,34-39")
     ap.add_argument("--modes", default="cold,warm")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--jobs", type=int, default=None, help="compiles at once (default: kforge's, sized to the machine)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--build-root", type=Path, default=None, help="a build cache to reuse (default: a new, empty one)")

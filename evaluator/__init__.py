@@ -9,7 +9,7 @@ import importlib
 _HOME = {
     "EvalSettings": "contracts", "Evidence": "contracts", "Limits": "contracts", "Mismatch": "contracts",
     "Status": "contracts", "TimingStats": "contracts", "Verdict": "contracts",
-    "EvaluatorError": "contracts", "CandidateJob": "contracts", "evaluate": "runner",
+    "EvaluatorError": "contracts", "CandidateJob": "contracts", "evaluate": "runner", "compile_plan": "batch",
     "KernelProfile": "contracts", "Profile": "contracts", "profile": "profiling",
 }
 __all__ = sorted(_HOME)

@@ -40,7 +40,8 @@ class Batch:
         self.gpus = (settings.gpus or visible_gpus()) if settings.device == "cuda" else [None]
         if not self.gpus:
             raise EvaluatorError("no CUDA device is visible (check CUDA_VISIBLE_DEVICES or --gpus)")
-        self.compile_slots = resources.compile_slots(settings.jobs)
+        planned = compile_plan(settings)
+        self.compile_slots, self.compile_why = planned.slots, planned.why
         self.settings = _sized(settings, self.compile_slots + per_device * len(self.gpus))
         self.root = Path(tempfile.mkdtemp(prefix="kforge-eval-"))  # honours TMPDIR (e.g. /dev/shm for big outputs)
         self.root.chmod(0o711)  # children running as another uid reach their own folders in it, and list none
@@ -247,6 +248,14 @@ def _machine_lock(device: str | None) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def compile_plan(settings: EvalSettings) -> resources.CompilePlan:
+    """How many compiles a batch with these settings runs at once, and why. On CPU the cores that time reference
+    and candidate are left out (where any others are left)."""
+    allowed = os.sched_getaffinity(0)
+    timed, others = cpu_cores(settings.cpu_threads, allowed) if settings.device == "cpu" else (set(), allowed)
+    return resources.compile_plan(settings.jobs, len(others if others != timed else allowed))
 
 
 def build_key(source: str, device: str) -> str:

@@ -62,7 +62,7 @@ class EvalSettings(BaseModel):
     cpu_pairs: int = Field(3, ge=1)  # CPU runs: fresh process pairs a correct candidate is timed in (runner.py)
     limits: Limits = Field(default_factory=Limits)
     build_root: Path | None = None  # content-addressed build cache; default ~/.cache/kforge/builds
-    jobs: int = Field(2, ge=1)  # parallel compiles
+    jobs: int | None = Field(None, ge=1)  # compiles at once; None: sized to the machine (batch.compile_plan)
     sandbox: str = "strict"  # strict: refuse to run when a sandbox layer is missing; warn: run and say so
     gpus: list[str] | None = None  # CUDA devices (ids as CUDA_VISIBLE_DEVICES names them) to spread runs over; None: all visible
 

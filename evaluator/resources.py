@@ -312,14 +312,28 @@ def for_child(processes: int, memory_mb: int) -> tuple[Cgroup | None, str]:
     return group, group.said
 
 
-def compile_slots(requested: int) -> int:
-    """How many compiles may run at once: as many as asked, but no more than the host's available memory holds
-    beside the batch's own (16 asked on a 24 GB machine would have the kernel's OOM killer end compilers: wrong
-    `compile_error` verdicts)."""
+CORES_PER_COMPILE = 2  # ninja builds main.cpp and the .cu at once; nvcc's own stages run one after another
+
+
+@dataclass(frozen=True)
+class CompilePlan:
+    slots: int  # compiles at once
+    why: str  # the sentence a command says once
+
+
+def compile_plan(requested: int | None, cores: int) -> CompilePlan:
+    """How many compiles may run at once: as many as asked or, unasked, one per CORES_PER_COMPILE of the `cores`
+    left to compiles; never more than the host's available memory holds beside the batch's own (16 asked on a
+    24 GB machine would have the kernel's OOM killer end compilers: wrong `compile_error` verdicts)."""
+    wanted = requested or max(1, cores // CORES_PER_COMPILE)
+    said = f"--jobs {requested}" if requested else f"{cores} core(s) for compiles, {CORES_PER_COMPILE} each"
     available = _available_mb()
     if available is None:
-        return requested
-    return max(1, min(requested, (available - BATCH_RESERVE_MB) // COMPILE_PEAK_MB))
+        return CompilePlan(wanted, f"{wanted} compile(s) at a time: {said}")
+    held = max(1, (available - BATCH_RESERVE_MB) // COMPILE_PEAK_MB)
+    slots = min(wanted, held)
+    return CompilePlan(slots, f"{slots} compile(s) at a time: {said}; memory for {held} "
+                              f"({available / 1024:.0f} GB available, {COMPILE_PEAK_MB / 1000:.1f} GB each)")
 
 
 # Tasks (processes and threads) one child needs: at rest ~40 (the interpreter, torch's pools, CUDA's threads), and
@@ -332,7 +346,7 @@ TASKS_PER_CORE = 32
 def child_share(memory_mb: int, processes: int, children: int) -> tuple[int, int]:
     """The memory and task limits of each of `children` running at once, no larger than asked: their memory limits
     together within what the host has available (so a child meets its own limit before the kernel's OOM killer
-    picks a victim for the machine), yet none below a compile's peak, which compile_slots made room for; tasks
+    picks a victim for the machine), yet none below a compile's peak, which compile_plan made room for; tasks
     by the cores, which run them."""
     available = _available_mb()
     if available is not None:

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import torch
 from pydantic import BaseModel
 
-from evaluator import buildcache, resources
+from evaluator import buildcache
 from evaluator.batch import Batch, Hold, build_key, on_free_device
 from evaluator.checks import Checks
 from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Verdict
@@ -307,9 +307,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
     batch = Batch(settings, per_device=IN_FLIGHT)
     batch.on_stage = on_stage or (lambda job, stage: None)
     slots = batch.compile_slots
-    if slots < settings.jobs:
-        _log.warning("%d compiles at once, not %d: the host's available memory holds no more (~%.1f GB each)",
-                     slots, settings.jobs, resources.COMPILE_PEAK_MB / 1024)
+    _log.info("%s", batch.compile_why)
     compilers = ThreadPoolExecutor(max_workers=slots)
     runners = ThreadPoolExecutor(max_workers=IN_FLIGHT * len(batch.gpus))
     problems = dispatch = None

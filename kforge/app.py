@@ -90,8 +90,9 @@ def resolve_size(size: str, device: str) -> str:
     return size
 
 
-def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline: bool = False,
+def eval_settings(device: str | None, size: str, jobs: int | None = None, compile_baseline: bool = False,
                   gpus: str | None = None) -> EvalSettings:
+
     cfg = Settings()
     device = device or cfg.device or auto_device()
     if device not in ("cpu", "cuda"):
@@ -102,6 +103,13 @@ def eval_settings(device: str | None, size: str, jobs: int = 2, compile_baseline
     limits = Limits(**{k: v for k, v in (("timeout_s", cfg.timeout_s), ("memory_mb", cfg.memory_mb)) if v is not None})
     return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root,
                         compile_baseline=compile_baseline, gpus=gpus.split(",") if gpus else None, sandbox=sandbox_mode())
+
+
+def say_compile_plan(settings: EvalSettings) -> None:
+    """Said once by each command that compiles candidates, before its first compile."""
+    from evaluator.batch import compile_plan  # torch: not on the path of --help
+
+    err.print(f"kforge: {compile_plan(settings).why}", markup=False, highlight=False, soft_wrap=True)
 
 
 def sandbox_mode() -> str:

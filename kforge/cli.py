@@ -23,7 +23,7 @@ from kforge.progress import BatchProgress
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
 
 from kforge.app import (DbOpt, DeviceOpt, JsonOpt, ProblemOpt, SizeOpt, UserError, app, err, eval_settings, friendly,
-                        open_db, out, resolve_size)
+                        open_db, out, resolve_size, say_compile_plan)
 
 if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands that use them, not at start-up
     from db import Database
@@ -81,6 +81,8 @@ def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSetting
     reused, todo = split_stored(database, jobs, settings, rerun)
     for _, judged in reused:
         yield verdict_line(judged)
+    if todo:
+        say_compile_plan(settings)
     with BatchProgress(err, len(todo), show=progress) as bar:
         for judged in evaluate_and_record(database, todo, settings, backend, on_stage=bar.stage):
             bar.done(judged.verdict.solution_path, judged.verdict.status.value)
@@ -187,7 +189,8 @@ def collect(directory: Path, problem: str | None) -> list[CandidateJob]:
 @friendly
 def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/")], problem: ProblemOpt = None,
                  device: DeviceOpt = None, size: SizeOpt = "auto",
-                 jobs: Annotated[int, typer.Option("--jobs", "-j", help="parallel compiles")] = 2,
+                 jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1,
+                                                             help="compiles at once (default: sized to the cores and memory)")] = None,
                  rerun: Annotated[bool, typer.Option("--rerun")] = False, db: DbOpt = None, as_json: JsonOpt = False,
                  compile_baseline: Annotated[bool, typer.Option(help="also time torch.compile(reference)")] = False,
                  gpus: Annotated[Optional[str], typer.Option(help="CUDA devices to use, e.g. 0,1 (default: every visible one)")] = None,

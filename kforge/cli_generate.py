@@ -25,7 +25,7 @@ from pipeline.llm import LLMError, LLMSettings, OpenAIChat, Provider
 from pipeline.loop import DEFAULT_OUT, Candidate, Loop, RunConfig, RunResult
 from pipeline.replay import ReplayProvider
 from pipeline.retrieval import RetrievalConfig
-from kforge.app import UserError, eval_settings, open_db
+from kforge.app import UserError, eval_settings, open_db, say_compile_plan
 from reference_problems import Problem, ProblemError, resolve_problem
 
 out = Console()
@@ -212,6 +212,7 @@ def run_all(provider: Provider | list[Provider], database: Database, settings: E
                 print(json.dumps(candidate_line(c, run_id)), flush=True)
 
         loop = Loop(provider, database, settings, config, events=on_event, run_id=run_id, meter=meter)
+        say_compile_plan(settings)
         try:
             for p in problems:
                 results.append(loop.run(p))

@@ -56,7 +56,7 @@ speed() {  # the seeds and their repairs: kforge cold, warm, and the naive seria
     2> >(tee -a "$OUT/eval_speed${TAG:-}.progress" >&2) | tee "$OUT/eval_speed${TAG:-}.json"
 }
 throughput() {  # KernelBench level N (default 1) in one batch, cold then warm; KB=.kb (a carried copy of ../shared/kernelbench)
-  python3 benchmarks/kernelbench_throughput.py ${KB:-.kb} --level ${1:-1} ${IDS:+--ids $IDS} --jobs ${JOBS:-16} \
+  python3 benchmarks/kernelbench_throughput.py ${KB:-.kb} --level ${1:-1} ${IDS:+--ids $IDS} ${JOBS:+--jobs $JOBS} \
     --modes ${MODES:-cold,warm} --out "$OUT/throughput.json" \
     2> >(tee -a "$OUT/throughput.progress" >&2)
 }

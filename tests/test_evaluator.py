@@ -265,8 +265,19 @@ def test_compiles_at_once_are_bounded_by_the_hosts_available_memory(monkeypatch)
 
     assert resources._available_mb() > 0  # this machine's /proc/meminfo is read
     monkeypatch.setattr(resources, "_available_mb", lambda: 24_000)
-    assert resources.compile_slots(16) == 4 and resources.compile_slots(2) == 2
+    assert resources.compile_plan(16, 2).slots == 4 and resources.compile_plan(2, 2).slots == 2
     monkeypatch.setattr(resources, "_available_mb", lambda: 2_000)
-    assert resources.compile_slots(16) == 1
+    assert resources.compile_plan(16, 2).slots == 1
     monkeypatch.setattr(resources, "_available_mb", lambda: None)
-    assert resources.compile_slots(16) == 16
+    assert resources.compile_plan(16, 2).slots == 16
+
+
+def test_unasked_compiles_at_once_follow_the_cores_and_say_why(monkeypatch):
+    from evaluator import resources
+
+    monkeypatch.setattr(resources, "_available_mb", lambda: 128_000)
+    plan = resources.compile_plan(None, 16)
+    assert plan.slots == 8 and plan.why.startswith("8 compile(s) at a time: 16 core(s) for compiles, 2 each; memory for 33")
+    assert resources.compile_plan(None, 1).slots == 1
+    monkeypatch.setattr(resources, "_available_mb", lambda: 12_000)
+    assert resources.compile_plan(None, 16).slots == 1
