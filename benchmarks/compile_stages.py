@@ -100,9 +100,10 @@ def build(label: str, source: str, variant: str, scratch: Path) -> dict:
 
 def sass(obj: str) -> str | None:
     """The object's SASS without the lines that name the file, or None without cuobjdump or an object."""
-    if not shutil.which("cuobjdump") or not Path(obj).exists():
+    tool = shutil.which("cuobjdump") or str(Path(shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc").resolve().parent / "cuobjdump")
+    if not Path(tool).exists() or not Path(obj).exists():
         return None
-    out = subprocess.run(["cuobjdump", "-sass", obj], capture_output=True, text=True).stdout
+    out = subprocess.run([tool, "-sass", obj], capture_output=True, text=True).stdout
     return "\n".join(line for line in out.splitlines() if "identifier" not in line and "Fatbin" not in line)
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "GPU evidence").
-# Usage: bash scripts/device_check.sh [evaluate|repeat N|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
+# Usage: bash scripts/device_check.sh [evaluate|repeat N|stages|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
 #        speed-exec|throughput [LEVEL]|fingerprint [GB]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|loads|all]
 # (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
@@ -19,7 +19,7 @@ REPAIRS=$(ls solutions/*/repair_*.py)
 
 evaluate() {  # every seed and repair at full size, eager and torch.compile baselines
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-  peak python3 -m kforge evaluate solutions/ --device cuda --size full --jobs 14 --compile-baseline --json | tee "$OUT/evaluate.jsonl"
+  peak python3 -m kforge evaluate solutions/ --device cuda --size full --compile-baseline --json | tee "$OUT/evaluate.jsonl"
   kf evaluate tests/gpu/candidates --device cuda --size small --json | tee "$OUT/leaks.jsonl"
 }
 staged() {  # a solutions-style tree holding only the given files (kforge evaluate takes directories)
@@ -35,6 +35,10 @@ loads() {  # what a child's start costs (jailed children, forked and exec'd, alo
   python3 benchmarks/jail_cost.py 4 --together 8 | tee "$OUT/loads.json"
   python3 benchmarks/ipc_cost.py 4 64 1024 | tee "$OUT/ipc_cost.jsonl"
   python3 benchmarks/cuda_start_cost.py 5 | tee "$OUT/cuda_start.json"
+}
+stages() {  # where a .cu's compile goes, stage by stage, full torch headers vs lean, with the SASS of both compared
+  python3 benchmarks/compile_stages.py benchmarks/compile_set/*.cu solutions/*/seed_*.py $REPAIRS --parallel ${PARALLEL:-8} \
+    --json "$OUT/stages.json" | tee "$OUT/stages.md"
 }
 probe() {  # the timer itself: hot vs flushed, first call vs steady state, run-to-run spread
   python3 benchmarks/gpu_timing_check.py | tee "$OUT/timing_check.json"
@@ -84,7 +88,7 @@ timeline() {  # kernels, gaps and slow host calls inside each timed call (after 
 }
 cmd=${1:-all}; shift || true
 case "$cmd" in
-  evaluate) evaluate ;; repeat) repeat "$@" ;; probe) probe ;; ncu) ncu "$@" ;; gpu-tests) gpu_tests ;;
+  evaluate) evaluate ;; repeat) repeat "$@" ;; stages) stages ;; probe) probe ;; ncu) ncu "$@" ;; gpu-tests) gpu_tests ;;
   adversarial) adversarial ;; memory) memory ;; speed) speed "$@" ;;
   timeline) timeline "$@" ;;
   speed-exec) KFORGE_FORK_SERVER=0 TAG=_exec speed "$@" ;;  # each child its own interpreter: the fork server's baseline
