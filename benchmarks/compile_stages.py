@@ -56,7 +56,10 @@ def cuda_sources(path: Path) -> list[tuple[str, str]]:
     name bound to one; a .cu file is its own source."""
     if path.suffix == ".cu":
         return [(path.stem, path.read_text())]
-    tree = ast.parse(path.read_text())
+    try:
+        tree = ast.parse(path.read_text())
+    except SyntaxError:  # a truncated answer: no source to build
+        return []
     assigned = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     found = []
     for node in ast.walk(tree):

@@ -201,15 +201,19 @@ def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings) -> dic
             verdicts.append(v)
             print(json.dumps({"mode": mode, "n": len(verdicts), "at_s": round(time.perf_counter() - start, 1),
                               "problem": v.problem, "gpu": v.evidence.gpu, "status": v.status.value, "cause": v.evidence.cause[:160],
-                              "stage_s": v.evidence.stage_s}), file=sys.stderr, flush=True)
+                              "stage_s": v.evidence.stage_s, "build_s": v.evidence.build_steps_s,
+                              "headers": v.evidence.build_headers}), file=sys.stderr, flush=True)
     wall = time.perf_counter() - start
     stages: dict[str, list[float]] = {}
     for v in verdicts:
         for stage, seconds in v.evidence.stage_s.items():
             stages.setdefault(stage, []).append(seconds)
+        for step, seconds in v.evidence.build_steps_s.items():  # main.o, cuda.cuda.o, the link
+            stages.setdefault("build " + (step if step.endswith(".o") else "link"), []).append(seconds)
     return {"mode": mode, "gpus": len(used) or None, "candidates": len(verdicts), "wall_s": round(wall, 1),
             "candidates_per_hour_per_gpu": round(len(verdicts) / wall * 3600 / max(len(used), 1), 1),
             "statuses": dict(Counter(v.status.value for v in verdicts)),
+            "headers": dict(Counter("; ".join(v.evidence.build_headers) for v in verdicts if v.evidence.build_headers)),
             "candidates_per_gpu": dict(Counter(str(v.evidence.gpu) for v in verdicts)),
             "median_stage_s": {k: round(statistics.median(x), 3) for k, x in stages.items()},
             **sampler.report(),
