@@ -45,6 +45,9 @@ _QUALIFIED_CALL = re.compile(r"\b(?:torch|at)\s*::\s*(\w+)\s*(?:<[^<>();]*>\s*)?
 _UNQUALIFIED_CALL = re.compile(r"(?<![\w.:>])(\w+)\s*\(")
 _USING = re.compile(r"\busing\s+namespace\s+(?:torch|at)\s*;")
 _CU_FAILED = re.compile(r"FAILED: (\[code=\d+\] )?cuda\.cuda\.o\b")  # ninja's line for the .cu's object
+# What ATen's per-operator headers include and their inline wrappers never use: ~60 % of a lean .cu's front-end
+# work. Each operator header a lean build calls is written into the lean directory without them.
+_UNUSED_BY_OPS = ("#include <ATen/Context.h>", "#include <ATen/DeviceGuard.h>")
 _STANDARD = ("algorithm", "cmath", "cstdint", "iostream", "string", "vector")
 _ALIASES = ("Dtype = at::ScalarType", "kUInt8 = at::kByte", "kInt8 = at::kChar", "kInt16 = at::kShort",
             "kInt32 = at::kInt", "kInt64 = at::kLong", "kUInt16 = at::kUInt16", "kUInt32 = at::kUInt32",
@@ -59,11 +62,20 @@ _HEADER_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacro
 builds: list[str] = []  # how each load_inline call of this process was built: "lean" or "full: why"
 
 
+def _ops_directory() -> Path:
+    return Path(cpp_extension.include_paths()[0]) / "ATen" / "ops"
+
+
 @lru_cache(maxsize=1)
 def _operators() -> frozenset[str]:
     """Names with an ATen per-operator header (ATen/ops/<name>.h)."""
-    ops = Path(cpp_extension.include_paths()[0]) / "ATen" / "ops"
-    return frozenset(p.stem for p in ops.glob("*.h"))
+    return frozenset(p.stem for p in _ops_directory().glob("*.h"))
+
+
+def _operator_header(op: str) -> str:
+    """torch's ATen/ops/<op>.h, as it is but for the includes its wrappers do not use."""
+    lines = (_ops_directory() / f"{op}.h").read_text().splitlines()
+    return "\n".join(line for line in lines if line.strip() not in _UNUSED_BY_OPS) + "\n"
 
 
 def why_full(source: str, flags: list[str]) -> str | None:
@@ -77,12 +89,17 @@ def why_full(source: str, flags: list[str]) -> str | None:
     return None
 
 
-def lean_header(source: str) -> str:
-    """The text of the lean torch/extension.h (and torch/types.h) for this source."""
+def operators_called(source: str) -> list[str]:
+    """The ATen operators this source calls as torch::op or at::op (or unqualified under `using namespace`)."""
     called = set(_QUALIFIED_CALL.findall(source))
     if _USING.search(source):
         called |= set(_UNQUALIFIED_CALL.findall(source))
-    ops = sorted(called & _operators())
+    return sorted(called & _operators())
+
+
+def lean_header(source: str) -> str:
+    """The text of the lean torch/extension.h (and torch/types.h) for this source."""
+    ops = operators_called(source)
     lines = ["#pragma once", "// kforge: the torch headers this source uses (evaluator/lean_headers.py)",
              "#include <ATen/core/Tensor.h>", "#include <ATen/Dispatch.h>",
              *(f"#include <{h}>" for h in _STANDARD), *(f"#include <ATen/ops/{op}.h>" for op in ops),
@@ -121,6 +138,8 @@ def _lean_flag(arguments: dict) -> tuple[str | None, str]:
     text = lean_header(source)
     for name in _UMBRELLAS:
         _write_if_changed(lean / name, text)
+    for op in operators_called(source):
+        _write_if_changed(lean / "ATen" / "ops" / f"{op}.h", _operator_header(op))
     return f"-I{lean}", "lean"
 
 
