@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -231,6 +232,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--build-root", type=Path, default=None, help="a build cache to reuse (default: a new, empty one)")
     args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")  # compiles at once, headers
     scratch = Path(tempfile.mkdtemp(prefix="kb-throughput-"))
     (scratch / "run").mkdir()
     jobs = write_candidates(args.kernelbench, args.level, args.ids, scratch / "run", args.device)
