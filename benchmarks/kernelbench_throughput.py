@@ -234,6 +234,7 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")  # compiles at once, headers
     scratch = Path(tempfile.mkdtemp(prefix="kb-throughput-"))
+    scratch.chmod(0o711)  # the build root inside: the jailed compiler of the precompiled header runs as another uid
     (scratch / "run").mkdir()
     jobs = write_candidates(args.kernelbench, args.level, args.ids, scratch / "run", args.device)
     settings = EvalSettings(device=args.device, size="full" if args.device == "cuda" else "small", jobs=args.jobs,
