@@ -86,6 +86,7 @@ class Batch:
         """Runs a compiler in the jail, writing only `scratch` and reading the precompiled headers' folder (the
         header it compiles is linked there); stopped with the batch; on CPU off the timing cores, as compiles are."""
         scratch.mkdir(parents=True, exist_ok=True)
+        (self.build_root / "pch").mkdir(parents=True, exist_ok=True)  # made now, so the jail sees whether it can reach it
         spec = jail_spec([scratch], [self.build_root / "pch"])
         limits = self.settings.limits.model_copy(update={"timeout_s": precompiled.BUILD_TIMEOUT_S})
         return lambda cmd, log: run_tool(cmd, scratch, spec, limits, log, self.stop, self.cores[1])

@@ -151,3 +151,21 @@ def test_a_precompiled_header_with_other_flags_is_ignored_and_the_build_is_still
     assert _gcc_verdict_on_pch(build_dir, v) == "x"
     assert str(v.header) in _dependencies(build_dir)  # gcc fell back to torch's header through the link
     assert v.gch.samefile(built.gch) or v.gch.stat().st_size == built.gch.stat().st_size  # nobody replaced it
+
+
+def test_the_compiler_of_a_precompiled_header_reaches_a_build_root_in_a_private_folder(tmp_path):
+    """A build root under a folder only its owner may enter (root's HOME, a mkdtemp): the jailed compiler runs as
+    a uid that can read it, or the .gch fails with "Permission denied" and every main.cpp compiles without it."""
+    from evaluator.batch import Batch
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    batch = Batch(EvalSettings(device="cpu", build_root=private / "builds", sandbox="warn"))
+    try:
+        tool = batch.tool(batch.root / "pch-scratch")
+        (private / "builds" / "pch" / "probe.h").write_text("int x;\n")
+        log = batch.root / "tool.log"
+        assert tool(["cat", str(private / "builds" / "pch" / "probe.h")], log) == 0, log.read_text()
+    finally:
+        batch.stop.set()
+        shutil.rmtree(batch.root, ignore_errors=True)
