@@ -214,4 +214,5 @@ def _compile(v: Variant, scratch: Path, tool: Tool) -> str:
         shutil.copyfile(v.directory / "build.log", v.directory / "failed")  # these flags: do not retry each time
     else:
         _count_attempt(v)
-    return f"build failed (exit {code})"
+    error = next((line for line in text.splitlines() if "error:" in line), "no error line")
+    return f"build failed (exit {code}): {error[:300]}"

@@ -99,6 +99,9 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
     workdir = prep.workdir / "compile"
     said = buildcache.prepare_headers(prep.job.text, batch.build_root, prep.workdir / "pch", batch.tool(prep.workdir / "pch"))
     _log.info("precompiled headers for %s: %s", prep.job.path, "; ".join(said) or "none wanted")
+    for failed in (s for s in said if "build failed" in s):  # said once per flag set: later compiles read "failed before"
+        _log.warning("the precompiled torch header could not be built (%s); main.cpp compiles without it, ~10 s slower each",
+                     failed)
     result = batch.run("compile", prep.job.problem, workdir, prep.build_dir, prep.candidate)
     outcome = _ended_badly(batch, result)
     memo.parent.mkdir(parents=True, exist_ok=True)
