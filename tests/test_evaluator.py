@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CANDIDATES, SOLUTIONS
-from evaluator import CandidateJob, Limits, Status, Verdict, evaluate
+from evaluator import CandidateJob, EvalSettings, Limits, Status, Verdict, evaluate
 from reference_problems import resolve_problem
 
 HARDSWISH = SOLUTIONS / "scale_bias_hardswish"
@@ -281,3 +281,15 @@ def test_unasked_compiles_at_once_follow_the_cores_and_say_why(monkeypatch):
     assert resources.compile_plan(None, 1).slots == 1
     monkeypatch.setattr(resources, "_available_mb", lambda: 12_000)
     assert resources.compile_plan(None, 16).slots == 1
+
+
+def test_on_cpu_the_timing_cores_are_left_out_of_the_compiles(monkeypatch):
+    """16 cores, one timing the reference and the candidate: 15 left to compiles, 7 at a time; on a GPU all 16."""
+    from evaluator import batch, resources
+
+    monkeypatch.setattr(resources, "_available_mb", lambda: 128_000)
+    monkeypatch.setattr(batch.os, "sched_getaffinity", lambda _pid: set(range(16)))
+    cpu = batch.compile_plan(EvalSettings(device="cpu", cpu_threads=1))
+    assert (cpu.slots, cpu.why.split(";")[0]) == (7, "7 compile(s) at a time: 15 core(s) for compiles, 2 each")
+    assert batch.compile_plan(EvalSettings(device="cuda")).slots == 8
+    assert batch.compile_plan(EvalSettings(device="cuda", jobs=3)).why.startswith("3 compile(s) at a time: --jobs 3")
