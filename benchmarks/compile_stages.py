@@ -28,6 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from evaluator.loading import build_steps  # noqa: E402
 _STAGES = {"gcc (preprocessing 4)": "preprocess", "gcc (preprocessing 1)": "preprocess", "cudafe++": "cudafe++",
            "cicc": "cicc", "ptxas": "ptxas", "fatbinary": "fatbinary", "gcc (compiling)": "host compile",
            "nvlink": "nvlink"}
@@ -93,8 +96,6 @@ def build(label: str, source: str, variant: str, scratch: Path) -> dict:
                 row = [c.strip() for c in row]
                 if len(row) >= 8 and row[1] in _STAGES and row[-1] == "ms":
                     stages[_STAGES[row[1]]] = stages.get(_STAGES[row[1]], 0.0) + float(row[-2]) / 1e3
-    sys.path.insert(0, str(ROOT))
-    from evaluator.loading import build_steps
     steps = build_steps(work / "build")
     stages["cu object"] = steps.get("cuda.cuda.o", float("nan"))
     return {"source": label, "variant": variant, "how": "; ".join(told["builds"]) or variant, "error": told["error"],

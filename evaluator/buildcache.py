@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from evaluator import precompiled
+from evaluator.diagnose import first_error
 from evaluator.precompiled import Variant
 
 MAX_BUILDS_PER_COMPILE = 2
@@ -214,5 +215,4 @@ def _compile(v: Variant, scratch: Path, tool: Tool) -> str:
         shutil.copyfile(v.directory / "build.log", v.directory / "failed")  # these flags: do not retry each time
     else:
         _count_attempt(v)
-    error = next((line for line in text.splitlines() if "error:" in line), "no error line")
-    return f"build failed (exit {code}): {error[:300]}"
+    return f"build failed (exit {code}): {first_error(text)}"

@@ -35,6 +35,12 @@ def hint_for(text: str, max_input_numel: int = 0) -> str:
     return ""
 
 
+def first_error(log: str) -> str:
+    """The first compiler diagnostic of a build log ("file:line: error: ...", "fatal error: ..."), for one line of
+    evidence; a command line's "-Wno-error" is not one."""
+    return next((line.strip() for line in log.splitlines() if "error:" in line), "no error line")[:300]
+
+
 def error_lines(log: str, limit: int = 20) -> str:
     """The compiler's error lines (and the line after each), the part of a build log a human needs."""
     lines = log.splitlines()

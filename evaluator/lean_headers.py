@@ -34,6 +34,8 @@ from pathlib import Path
 
 import torch.utils.cpp_extension as cpp_extension
 
+from evaluator.diagnose import first_error
+
 DIRECTORY = "kforge_lean"
 VERSION = "lean-1"  # part of the build cache's key: a build made another way is another build
 _FULL_MARKER = "full"
@@ -97,9 +99,8 @@ def operators_called(source: str) -> list[str]:
     return sorted(called & _operators())
 
 
-def lean_header(source: str) -> str:
-    """The text of the lean torch/extension.h (and torch/types.h) for this source."""
-    ops = operators_called(source)
+def lean_header(ops: list[str]) -> str:
+    """The text of the lean torch/extension.h (and torch/types.h) for a source calling these operators."""
     lines = ["#pragma once", "// kforge: the torch headers this source uses (evaluator/lean_headers.py)",
              "#include <ATen/core/Tensor.h>", "#include <ATen/Dispatch.h>",
              *(f"#include <{h}>" for h in _STANDARD), *(f"#include <ATen/ops/{op}.h>" for op in ops),
@@ -135,17 +136,13 @@ def _lean_flag(arguments: dict) -> tuple[str | None, str]:
     lean = _build_directory(arguments) / DIRECTORY
     if (lean / _FULL_MARKER).exists():
         return None, f"full: the lean build failed ({(lean / _FULL_MARKER).read_text().strip()})"
-    text = lean_header(source)
+    ops = operators_called(source)
+    text = lean_header(ops)
     for name in _UMBRELLAS:
         _write_if_changed(lean / name, text)
-    for op in operators_called(source):
+    for op in ops:
         _write_if_changed(lean / "ATen" / "ops" / f"{op}.h", _operator_header(op))
     return f"-I{lean}", "lean"
-
-
-def _first_error(text: str) -> str:
-    line = next((line.strip() for line in text.splitlines() if " error" in line or "error:" in line), "no error line")
-    return re.sub(r"^\S*/(cuda\.cu)", r"\1", line)[:300]
 
 
 def install() -> None:
@@ -171,10 +168,10 @@ def install() -> None:
             if not _CU_FAILED.search(str(exc)):  # not the .cu's compile: the full headers would fail the same way
                 builds.append("lean")
                 raise
-            marker = Path(flag[2:]) / _FULL_MARKER
-            marker.write_text(_first_error(str(exc)) + "\n")
+            error = re.sub(r"^\S*/(cuda\.cu)", r"\1", first_error(str(exc)))  # the build dir's path left out
+            (Path(flag[2:]) / _FULL_MARKER).write_text(error + "\n")
             cpp_extension.JIT_EXTENSION_VERSIONER.entries.pop(bound.arguments["name"], None)  # same name, no _v1
-            builds.append(f"full: the lean build failed ({marker.read_text().strip()})")
+            builds.append(f"full: the lean build failed ({error})")
             return loader(*args, **kwargs)
         builds.append("lean")
         return module

@@ -92,7 +92,6 @@ def resolve_size(size: str, device: str) -> str:
 
 def eval_settings(device: str | None, size: str, jobs: int | None = None, compile_baseline: bool = False,
                   gpus: str | None = None) -> EvalSettings:
-
     cfg = Settings()
     device = device or cfg.device or auto_device()
     if device not in ("cpu", "cuda"):
