@@ -17,6 +17,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -84,6 +85,14 @@ def _sync(device: str):
 _SNAPSHOT_SHARE = 0.1  # of the device's memory: what a kept snapshot may take (6.4 GB outputs: one)
 
 
+class Kept(NamedTuple):
+    """A timed call's outputs as the keeper holds them: their snapshot, and what was read of them inside the
+    timed window (timing.glimpse; None on CPU)."""
+
+    outputs: list
+    seen: list | None
+
+
 class _Keeper:
     """on_rep hook of the timed loop. Each rep's outputs are snapshotted as soon as its timer stopped (stream-
     ordered on CUDA: work left running on another stream or thread is not in them) and the parent is told
@@ -98,17 +107,17 @@ class _Keeper:
 
     def __init__(self, ask, save, label, budget: int):
         self.ask, self.save, self.label, self.budget = ask, save, label, budget
-        self.told: list[tuple[int, str, list]] = []  # (rep, label, snapshot) not yet asked about
+        self.told: list[tuple[int, str, Kept]] = []  # (rep, label, snapshot) not yet asked about
         self.least = 1
-        self.chosen: dict[str, list] = {}  # snapshots the parent asked for, handed over after timing
+        self.chosen: dict[str, Kept] = {}  # snapshots the parent asked for, handed over after timing
         self.held = 0  # their bytes
-        self.last: dict[str, list] = {}
+        self.last: dict[str, Kept] = {}
 
-    def __call__(self, i: int, least: int, checkpoint: bool, out) -> None:
+    def __call__(self, i: int, least: int, checkpoint: bool, out, seen) -> None:
         tensors = trials.as_tensors(out)
         size = trials.nbytes(tensors)
         copied = size <= self.budget
-        kept = trials.snapshot(tensors) if copied else tensors
+        kept = Kept(trials.snapshot(tensors) if copied else tensors, seen)
         self.told.append((i, self.label(), kept))
         self.least = least
         if checkpoint or not copied or len(self.told) >= timing.ROUND or (len(self.told) + 1) * size > self.budget:
@@ -123,13 +132,13 @@ class _Keeper:
         for rep, label, kept in told:
             if rep not in chosen:
                 continue
-            size = trials.nbytes(kept)
+            size = trials.nbytes(kept.outputs)
             if self.held + size <= self.budget:
                 self.chosen[label], self.held = kept, self.held + size
             else:
-                self.save(kept, label)
+                self.save(kept.outputs, label, kept.seen)
 
-    def take(self) -> dict[str, list]:
+    def take(self) -> dict[str, Kept]:
         """The chosen snapshots and the last, handed over once (the keeper keeps none of them)."""
         taken, self.chosen, self.last, self.held = self.chosen | self.last, {}, {}, 0
         return taken
@@ -143,9 +152,8 @@ def _timed(call):
     """The timed call as both sides make it: right after the model returns, still inside the timed window, any
     profile or trace hook is cleared. One left by forward() would run candidate code between the timer's stop
     and the snapshot, doing then the work the call skipped (tests/adversarial/relu/profile_hook.py: `correct`
-    at 34x its honest kernel). A copy of the outputs inside the window would shut out work queued after the
-    timer by a thread too, but it moved the repairs' speedups on an H100 by up to 25 % (the copy of a 2 GB
-    output beside a 5 ms reference): the snapshot follows the timer, stream-ordered on CUDA."""
+    at 34x its honest kernel). Work a thread queues after the timer is shut out by what the window reads of
+    the outputs (timing.touch, timing.glimpse)."""
     def timed():
         out = call()
         sys.setprofile(None)
@@ -175,14 +183,14 @@ def _time(chan: Channel, req: CandidateRequest | ReferenceRequest, call, fresh: 
                      fill_s=fresh.timed_fill_s))
 
 
-def _probe(req: CandidateRequest, model, problem, fresh: trials.FreshInputs, changed: bool, kept: dict[str, list],
+def _probe(req: CandidateRequest, model, problem, fresh: trials.FreshInputs, changed: bool, kept: dict[str, Kept],
            save, handed: set[str]) -> Probe:
     """The last timed call's outputs (unless already handed over), then one more call after fresh data was
     written into the same input tensors."""
     device = req.device
     _sync(device)()
     inputs, changed = fresh.inputs, changed or fresh.changed()
-    outputs = {label: save(outs, label) for label, outs in kept.items() if label not in handed}
+    outputs = {label: save(held.outputs, label, held.seen) for label, held in kept.items() if label not in handed}
     kept.clear()
     trials.refill(inputs, problem, req.verify_seed, device)
     with torch.no_grad():
@@ -258,9 +266,9 @@ def _run_candidate(chan: Channel, req: CandidateRequest, model, problem, watch: 
         changed = fresh.changed()  # by the leak check's calls: the fills below overwrite the inputs
         handed: set[str] = set()
 
-        def hand(tensors: list, label: str) -> None:
+        def hand(tensors: list, label: str, seen: list | None) -> None:
             handed.add(label)
-            save(tensors, label)
+            save(tensors, label, seen)
         keeper = _Keeper(ask, hand, fresh.label, _snapshot_budget(device))
         _time(chan, req, _timed(call), fresh, on_rep=keeper, pace=pace if req.timing.paired else None)
         check("timing")

@@ -93,10 +93,47 @@ def _received(request: Compare, opened: ipc.Opened) -> list:
     return got
 
 
+def _unseen(meta: dict, t: torch.Tensor) -> tuple[list[int], list[int], bytes]:
+    """The glimpse a timed call's output was handed over with, checked against the output's own shape (the
+    steps must be the lattice the harness reads, the bytes as many as its elements)."""
+    seen = meta.get("seen")
+    if not isinstance(seen, dict):
+        raise ValueError("a timed call's output came without what its timed window read of it")
+    start, step, raw = seen.get("start"), seen.get("step"), bytes.fromhex(str(seen.get("bytes", "")))
+    shape = tuple(t.shape)
+    if not isinstance(start, list) or list(step or []) != list(timing.lattice_steps(shape)) or len(start) != len(shape) \
+            or not all(isinstance(a, int) and 0 <= a < b for a, b in zip(start, step)):
+        raise ValueError(f"what the timed window read is described as {seen.get('start')} by {seen.get('step')}, not "
+                         f"the harness's lattice of a {list(shape)} output")
+    if len(raw) != timing.lattice_of(t, start, step).numel() * t.element_size():
+        raise ValueError(f"what the timed window read holds {len(raw)} bytes, not its lattice's")
+    return start, step, raw
+
+
+def late(metas: list, got: list, device: str) -> str:
+    """On a timed call's outputs: where the snapshot, taken after the timer stopped, differs from what the timed
+    window read of them (timing.glimpse), or '' where it does not. A difference is work done after the timer
+    (kernels queued between the end event and the snapshot, by a thread, a hook or a gc callback)."""
+    for i, (meta, t) in enumerate(zip(metas, got)):
+        if not isinstance(meta, dict) or meta.get("device") != device or t is None or not t.numel():
+            continue
+        start, step, raw = _unseen(meta, t)
+        lattice = timing.lattice_of(t, start, step)
+        after = lattice.contiguous().reshape(-1).cpu()
+        before = torch.frombuffer(bytearray(raw), dtype=t.dtype)
+        differs = (before.view(torch.uint8) != after.view(torch.uint8)).nonzero()
+        if len(differs):
+            k = int(differs[0]) // t.element_size()
+            where = [a + b * int(n) for a, b, n in zip(start, step, torch.unravel_index(torch.tensor(k), lattice.shape))]
+            return (f"output {i} at {where} held {before[k].item()!r} when the timer stopped and {after[k].item()!r} "
+                    "in the snapshot after it: its work was still being done after the timer stopped")
+    return ""
+
+
 class Timer:
     """The reference's side of interleaved timing: its call on the timing inputs, refilled per rep as the
-    candidate's are (trials.FreshInputs), kept from the reference's own timing. After each call its outputs are
-    copied, and on CPU the copies are held to the block's end, as the candidate's harness holds a round's
+    candidate's are (trials.FreshInputs), kept from the reference's own timing. On CPU, after each call its
+    outputs are copied and the copies held to the block's end, as the candidate's harness holds a round's
     snapshots until the parent has chosen among them: both sides' loops then cost alike beside the samples (the
     parent's wall-clock check reads the reference's), and both keep the same memory live while their calls run
     (with a core hogged, an identical candidate timed 0.865-0.887x its reference while only its side did so)."""
@@ -106,10 +143,9 @@ class Timer:
         self.flush = timing.flush_buffer(device)  # made once: the comparer's footprint counts it
         self.held: list[list] = []
 
-    def _copy(self, _rep: int, _least: int, _checkpoint: bool, out) -> None:
-        copied = trials.snapshot(trials.as_tensors(out))
-        if self.device == "cpu":  # on a GPU the comparer's memory is the expected outputs' (a copy is not held)
-            self.held.append(copied)
+    def _copy(self, _rep: int, _least: int, _checkpoint: bool, out, _seen) -> None:
+        if self.device == "cpu":  # a GPU's events time only the window: a copy after it would cost the batch alone
+            self.held.append(trials.snapshot(trials.as_tensors(out)))
 
     def time(self, request: TimeBlock) -> Block:
         try:
@@ -138,6 +174,8 @@ class Comparer:
         opened, got = ipc.Opened(), []
         try:
             got = _received(request, opened)
+            if trials.timed_rep(request.expected) is not None and (moved := late(request.outputs, got, self.expected.device)):
+                return Compared(which=request.label, late=moved)
             result = self._against(got, request.outputs, request.expected, request.trial)
             stale = ""
             if result.mismatch is not None:

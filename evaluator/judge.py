@@ -151,6 +151,8 @@ class _Case:
             return Outcome(Status.REFERENCE_ERROR, Evidence(stage="correctness", cause=f"{what}: {answer['error']}"))
         if answer.get("error"):
             return _cheat("forged_outputs", f"{what}: the outputs handed over cannot be read ({answer['error']})", "correctness")
+        if answer.get("late"):
+            return _cheat("late_output", f"{what}: {answer['late']}", "timing")
         if answer["mismatch"] is None:
             self.max_abs_err = max(self.max_abs_err, answer["max_abs_err"])
             self.tolerance_used = max(self.tolerance_used, answer["tolerance_used"])

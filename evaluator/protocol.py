@@ -364,6 +364,7 @@ class Compared(Message):
     max_abs_err: float = 0.0
     tolerance_used: float = 0.0
     stale: str = ""  # the other call whose expected output this one matches
+    late: str = ""  # how the snapshot differs from what the timed window read of the outputs (timing.glimpse)
     own_failure: bool = False  # the error is the comparer's own (out of GPU memory), not the candidate's outputs
     work_s: float = 0.0  # the comparer's own seconds on the request (the rest of a handoff is the way there and back)
     recompute_s: float = 0.0  # of which the expected outputs were recomputed (a timed call's: not resident)

@@ -173,25 +173,29 @@ def save_outputs(outputs: list, fd: int) -> list[dict]:
     return [describe(o) for o in outputs]
 
 
-def handoff(out_dir: Path, device: str, send: Callable[[str, list[dict]], None]) -> Callable[[list, str], list[dict]]:
+def handoff(out_dir: Path, device: str, send: Callable[[str, list[dict]], None]) -> Callable[..., list[dict]]:
     """How a candidate's outputs reach the trusted comparer; `send(label, descriptions)` returns once the parent
     says they are judged. On CUDA the descriptions carry IPC handles to the outputs' own device memory, kept alive
-    until then: nothing is copied to the host. On CPU the raw bytes go to a file in the out dir first."""
-    def save(tensors: list, name: str) -> list[dict]:
+    until then: nothing is copied to the host. On CPU the raw bytes go to a file in the out dir first. A timed
+    call's descriptions carry what its timed window read of each output (`seen`, timing.glimpse), for the
+    comparer to hold the snapshot against."""
+    def save(tensors: list, name: str, seen: list | None = None) -> list[dict]:
         described = [describe(o) for o in tensors]
+        glimpsed = [meta | {"seen": g.describe()} if g is not None else meta
+                    for meta, g in zip(described, seen or [None] * len(described))]
         if device != "cuda":
             fd = os.open(out_dir / f"{name}{OUTPUT_SUFFIX}", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 save_outputs(tensors, fd)
             finally:
                 os.close(fd)
-            send(name, described)
+            send(name, glimpsed)
             return described
         with trusted():
             raws = [_raw_bytes(o) for o in tensors]
             torch.cuda.synchronize()
             shared = [meta | {"ipc": ipc.export(_T.data_ptr(raw))} if raw is not None and _T.numel(raw)
-                      and meta["device"] == "cuda" else meta for meta, raw in zip(described, raws)]
+                      and meta["device"] == "cuda" else meta for meta, raw in zip(glimpsed, raws)]
         send(name, shared)
         del raws
         return described

@@ -16,7 +16,8 @@ from reference_problems import resolve_problem
 RELU = ROOT / "tests" / "adversarial" / "relu"
 VARYING = ROOT / "tests" / "problems" / "varying_relu.py"
 HONEST_VARYING = ROOT / "tests" / "candidates" / "varying_relu" / "honest.py"
-HOSTILE = ["frame_reader", "wrap_get_inputs", "misfit_inputs", "patch_probe_list", "lazy_pages", "profile_hook"]
+HOSTILE = ["frame_reader", "wrap_get_inputs", "misfit_inputs", "patch_probe_list", "lazy_pages", "profile_hook",
+           "gc_callback"]
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,15 @@ def test_work_left_for_a_hook_after_the_timer_is_never_done(verdicts):
     a loaded machine its rounds can be of one call, each one a round's last, and it then does all the work."""
     v = verdicts["profile_hook"]
     assert v.status is Status.INCORRECT and "timed call" in v.evidence.cause, v.evidence
+
+
+@pytest.mark.slow
+def test_work_a_gc_callback_does_after_the_timer_is_caught_by_what_the_window_read(verdicts):
+    """No hook to clear: the callback runs in the harness's own thread, past the timer and before the snapshot,
+    so the snapshot is right. What the timed window read of the output was not."""
+    v = verdicts["gc_callback"]
+    assert (v.status, v.evidence.exploit) == (Status.CHEAT, "late_output"), v.evidence
+    assert "when the timer stopped" in v.evidence.cause, v.evidence.cause
 
 
 @pytest.mark.slow

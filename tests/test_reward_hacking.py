@@ -285,14 +285,17 @@ def test_gpu_side_stream_stale_uninitialised_outputs_a_permuted_input_and_an_out
 @needs_gpu
 def test_gpu_reach_into_the_harness_is_judged(gpu_adversarial_build_root):
     """The CUDA runs of the candidates that reach the harness in their own process: a hook that queues the work
-    after the end event (hooks are cleared inside the timed window), the frame reader (the parent picks the
+    after the end event (hooks are cleared inside the timed window), a gc callback that does the same (the
+    window's glimpse of the outputs differs from the snapshot), the frame reader (the parent picks the
     checked calls after each call), a wrapped get_inputs (the problem file is guarded), a problem resized so
     that the fills misfit (fresh inputs go on in new tensors) and a patched probe message (every child-side
     module is guarded)."""
     v = _gpu_run(["gpu_profile_hook", "gpu_frame_reader", "gpu_wrap_get_inputs", "gpu_misfit_inputs",
-                  "gpu_patch_probe_list"], "small", gpu_adversarial_build_root)
+                  "gpu_patch_probe_list", "gpu_gc_callback"], "small", gpu_adversarial_build_root)
     assert v["relu_cuda"].status is CORRECT, v["relu_cuda"].evidence
     assert v["gpu_profile_hook"].status is INCORRECT, v["gpu_profile_hook"].evidence
+    late = v["gpu_gc_callback"]  # kernels queued past the end event, before the stream-ordered snapshot
+    assert (late.status, late.evidence.exploit) == (CHEAT, "late_output"), late.evidence
     reader = v["gpu_frame_reader"]
     assert reader.status is INCORRECT or reader.speedup <= 1.5 * v["relu_cuda"].speedup, reader.evidence
     for name in ("gpu_wrap_get_inputs", "gpu_patch_probe_list"):

@@ -32,7 +32,7 @@ def _steady() -> None:
 def test_a_steady_call_stops_once_its_median_is_known_and_a_fixed_budget_does_not():
     seen = []
     adaptive = bench(_steady, "cpu", 10, 1000, 10, 1000, rel_ci=0.005,
-                     on_rep=lambda i, least, last, out: seen.append((i, least, last)))
+                     on_rep=lambda i, least, last, out, seen_in_window: seen.append((i, least, last)))
     assert 20 <= len(adaptive) < 100  # a 1 s budget would be ~500 reps
     low, high = median_interval(adaptive)
     assert (high - low) / 2 <= 0.005 * sorted(adaptive)[len(adaptive) // 2] * 1.01
@@ -363,14 +363,14 @@ def _keep(budget: int, asked: set[int], reps: int = 30, least: int = 20) -> tupl
     def ask(first: int, count: int, _least: int) -> list[int]:
         rounds.append(range(first, first + count))
         return [i for i in rounds[-1] if i in asked]
-    keeper = _Keeper(ask, lambda tensors, label: handed.update({label: tensors}), lambda: f"timed_{rep[0]}", budget)
+    keeper = _Keeper(ask, lambda tensors, label, seen: handed.update({label: tensors}), lambda: f"timed_{rep[0]}", budget)
     for i in range(reps):
         rep[0] = i
-        keeper(i, least, i >= least or i % 10 == 9, outputs[i])  # rounds of 10 until `least`, then of one
+        keeper(i, least, i >= least or i % 10 == 9, outputs[i], None)  # rounds of 10 until `least`, then of one
     assert [i for r in rounds for i in r] == list(range(reps))  # every rep asked about once, in order
     live = lambda label: outputs[int(label.split("_")[1])]  # noqa: E731
     return ({label: (got, live(label)) for label, got in handed.items()},
-            {label: (got, live(label)) for label, got in keeper.take().items()})
+            {label: (got.outputs, live(label)) for label, got in keeper.take().items()})
 
 
 def test_asked_reps_are_kept_as_copies_taken_when_their_timer_stopped_and_handed_over_after_timing():
