@@ -3,7 +3,7 @@
 Usage: python benchmarks/compile_stages.py [FILES...] [--variants full,lean] [--parallel N] [--json OUT]
 FILES are .cu sources (benchmarks/compile_set/ by default) or candidate .py files, whose load_inline
 cuda_sources are read without running them (module-level string literals). Each source is built the way
-kforge's compile child builds it (torch's load_inline, evaluator/lean_headers.py installed for `lean`), in a
+kforge's compile child builds it (torch's load_inline, evaluator/child/lean_headers.py installed for `lean`), in a
 fresh build directory, with nvcc's own `--time` report (through PYTORCH_NVCC), and the table prints seconds per
 nvcc stage: the host compiler's preprocessing (both passes), cudafe++ (the host front end), cicc (the device
 front end and optimiser), ptxas, fatbinary, the host compile of cudafe++'s output, and the .cu object's ninja
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from evaluator.loading import build_steps  # noqa: E402
+from evaluator.child.loading import build_steps  # noqa: E402
 _STAGES = {"gcc (preprocessing 4)": "preprocess", "gcc (preprocessing 1)": "preprocess", "cudafe++": "cudafe++",
            "cicc": "cicc", "ptxas": "ptxas", "fatbinary": "fatbinary", "gcc (compiling)": "host compile",
            "nvlink": "nvlink"}
@@ -39,7 +39,7 @@ _BUILD = """
 import json, os, sys
 sys.path.insert(0, {root!r})
 import torch.utils.cpp_extension as cpp_extension
-from evaluator import lean_headers
+from evaluator.child import lean_headers
 if cpp_extension.CUDA_HOME is None:  # a CPU build of torch: nvcc still builds the .cu object
     cpp_extension.CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
 if {lean}:

@@ -1,7 +1,7 @@
 """Two fresh processes running the same eager code take turns on one core, in blocks of 10 timed calls in a random
 order, as kforge's paired CPU timing does; the median ratio of their blocks, per pair. Identical work should give
 1.0. Without a cache flush before each call, pairs came out 0.92-1.16, each steady; with one (what
-evaluator.timing.cpu_flush_buffer does), 0.97-1.02 (stop 27, docs/cpu-evidence/stop27_cpu_pairing_cache_flush.txt).
+evaluator.child.timing.cpu_flush_buffer does), 0.97-1.02 (stop 27, docs/cpu-evidence/stop27_cpu_pairing_cache_flush.txt).
 
     python benchmarks/cpu_alternation.py [PAIRS] [--flush]
 """
@@ -25,7 +25,7 @@ def _worker(flush: bool) -> None:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from evaluator.timing import cpu_flush_buffer
+    from evaluator.child.timing import cpu_flush_buffer
 
     os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
     torch.set_num_threads(1)

@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from evaluator import CandidateJob, EvalSettings, evaluate
-from evaluator.loading import import_file, load_problem
-from evaluator.timing import bench
-from evaluator.trials import build_model, make_inputs
+from evaluator.child.loading import import_file, load_problem
+from evaluator.child.timing import bench
+from evaluator.child.trials import build_model, make_inputs
 from reference_problems import list_problems
 
 

@@ -1,4 +1,4 @@
-"""What the input fingerprint costs (evaluator.trials.fingerprint, taken before and after every trial and over
+"""What the input fingerprint costs (evaluator.child.trials.fingerprint, taken before and after every trial and over
 the leak check and timing) at KernelBench's own sizes: the position-weighted checksum against a plain sum of
 the bit patterns (what it replaced, which a swap of two elements keeps), on the device the inputs live on.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
-from evaluator.trials import fingerprint  # noqa: E402
+from evaluator.child.trials import fingerprint  # noqa: E402
 
 
 def _plain(t: torch.Tensor) -> int:

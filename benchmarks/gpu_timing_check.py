@@ -10,7 +10,8 @@ import time
 
 import torch
 
-from evaluator.timing import bench, summarize
+from evaluator.child.timing import bench
+from evaluator.statistics import summarize
 
 
 def _first_call_ms(fn) -> float:

@@ -1,6 +1,6 @@
 """What one handoff to the comparer costs on a GPU, piece by piece: a producer process exports an output (as a
-candidate child does), and this process opens it through evaluator.ipc, compares it with an expected tensor as
-the comparer does (evaluator.correctness.judge_outputs) and closes it. Each handoff of a warm level-1 candidate
+candidate child does), and this process opens it through evaluator.child.ipc, compares it with an expected tensor as
+the comparer does (evaluator.child.correctness.judge_outputs) and closes it. Each handoff of a warm level-1 candidate
 cost ~40 ms end to end on the H100 (stage `of_which_comparer`, ~10 handoffs); this says how much of that is the
 driver's open and close, how much the comparison, and whether a second open of the same allocation is cheaper.
 
@@ -19,13 +19,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
-from evaluator import ipc  # noqa: E402
-from evaluator.correctness import judge_outputs  # noqa: E402
+from evaluator.child import ipc  # noqa: E402
+from evaluator.child.correctness import judge_outputs  # noqa: E402
 
 _PRODUCER = """
 import json, sys, torch
 sys.path.insert(0, sys.argv[2])
-from evaluator import ipc
+from evaluator.child import ipc
 torch.manual_seed(0)
 out = torch.rand(int(sys.argv[1]) // 4, device="cuda")
 torch.cuda.synchronize()

@@ -1,4 +1,4 @@
-"""What the jail costs per child: `python -c pass` started plain and through evaluator/jail.py, interleaved, and
+"""What the jail costs per child: `python -c pass` started plain and through evaluator/sandbox/jail.py, interleaved, and
 the same with `import torch` (a child's real start). A jailed start includes what a candidate child gets: its
 cgroup made, joined and removed, and its view of a build cache mounted. Then whole evaluator children (jail,
 interpreter, torch, kforge's modules) started alone and eight at once, as a batch starts them, each way: forked
@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from evaluator import buildcache, resources  # noqa: E402
+from evaluator.parent import buildcache  # noqa: E402
+from evaluator.sandbox import cgroups
 from evaluator.contracts import Limits  # noqa: E402
-from evaluator.jail_rules import jail_spec, probe_layers  # noqa: E402
+from evaluator.parent.jail_spec import jail_spec, probe_layers  # noqa: E402
 from evaluator.protocol import IntrospectRequest  # noqa: E402
-from evaluator.sandbox import Child, jailed  # noqa: E402
+from evaluator.sandbox.spawn import Child, jailed  # noqa: E402
 
 
 def _once(cmd: list[str], cwd: str) -> float:
@@ -35,7 +36,7 @@ def _once(cmd: list[str], cwd: str) -> float:
 
 def _jailed_once(spec: dict, cmd: list[str], cwd: str) -> float:
     started = time.perf_counter()
-    group, said = resources.for_child(Limits().processes, Limits().memory_mb)
+    group, said = cgroups.for_child(Limits().processes, Limits().memory_mb)
     subprocess.run(jailed(spec, cmd, group, said), cwd=cwd, check=True, stdout=subprocess.DEVNULL)
     if group:
         group.close()

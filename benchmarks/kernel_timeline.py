@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from evaluator import loading, trials
+from evaluator.child import loading, trials
 from ncu_compare import kforge_build_dir, reuse_kforge_build
 from reference_problems import resolve_problem
 

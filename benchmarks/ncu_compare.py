@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from db import Database
-from evaluator import precompiled
-from evaluator.batch import DEFAULT_BUILD_ROOT, build_key
+from evaluator.child import precompiled
+from evaluator.parent.batch import DEFAULT_BUILD_ROOT, build_key
 from kforge.settings import Settings
 
 CALLS = 3

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from evaluator import loading, trials
+from evaluator.child import loading, trials
 from ncu_compare import reuse_kforge_build
 from reference_problems import resolve_problem
 

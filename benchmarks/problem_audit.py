@@ -5,7 +5,7 @@ Usage: python benchmarks/problem_audit.py KERNELBENCH_DIR [--levels 1,2,3] [--de
        [--out FILE.md]
 
 Each problem's reference runs once in kforge's jail, as in a batch (trials, timing), then its comparer judges the
-trivial answers of evaluator.audit_rules (zeros, best constant, mean, an input echoed, half the work) against the
+trivial answers of evaluator.child.audit_rules (zeros, best constant, mean, an input echoed, half the work) against the
 expected outputs of every seed. A problem whose reference median is below --fast-us is flagged: at that scale
 launch overhead and the L2 flush dominate what a kernel could change. A reference that cannot run gives its cause
 (out of memory names the GPU memory it asked for); one that failed beside others is audited again alone.
@@ -25,8 +25,8 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evaluator.contracts import EvalSettings  # noqa: E402
-from evaluator.references import ReferenceFailed, ReferenceServer  # noqa: E402
-from evaluator.batch import Batch  # noqa: E402
+from evaluator.parent.references import ReferenceFailed, ReferenceServer  # noqa: E402
+from evaluator.parent.batch import Batch  # noqa: E402
 from reference_problems.registry import load_problem_file  # noqa: E402
 
 

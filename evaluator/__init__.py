@@ -1,5 +1,12 @@
 """Sandboxed evaluation of candidate kernels: returns verdicts with evidence; never writes the db.
 
+The folders are the trust boundary. `parent/` is the trusted scheduler (batches, references, placement, the
+build cache); `verdict/` decides, from the typed messages a child sent, what a run showed; `sandbox/` starts and
+contains child processes (jail, seccomp, cgroups, budgets, the fork server's client); `child/` is everything that
+runs beside candidate code (trials, timing loops, guards, the kernel watch, the comparer). Beside them, what they
+share: the contracts, the protocol, the statistics of samples, static checks, device facts and log reading.
+An import goes only down: parent -> verdict -> child -> sandbox -> shared (tests/test_architecture.py).
+
 Names load on first use (PEP 562), so `import evaluator.static` or a CLI's `--help` does not import torch."""
 
 from __future__ import annotations
@@ -9,8 +16,8 @@ import importlib
 _HOME = {
     "EvalSettings": "contracts", "Evidence": "contracts", "Limits": "contracts", "Mismatch": "contracts",
     "Status": "contracts", "TimingStats": "contracts", "Verdict": "contracts",
-    "EvaluatorError": "contracts", "CandidateJob": "contracts", "evaluate": "runner", "compile_plan": "batch",
-    "KernelProfile": "contracts", "Profile": "contracts", "profile": "profiling",
+    "EvaluatorError": "contracts", "CandidateJob": "contracts", "evaluate": "parent.runner",
+    "compile_plan": "parent.batch", "KernelProfile": "contracts", "Profile": "contracts", "profile": "parent.profiling",
 }
 __all__ = sorted(_HOME)
 

@@ -40,7 +40,7 @@ class Limits(BaseModel):
     timeout_s: float = 900.0
     memory_mb: int = 16_384  # the child's cgroup memory limit, host RSS watch (and address space on CPU runs)
     file_size_mb: int = 16_384  # largest file a child may write (RLIMIT_FSIZE): a disk-filling candidate fails early
-    processes: int = 4096  # tasks (threads count) in one child's cgroup: a fork bomb is refused (evaluator/resources.py)
+    processes: int = 4096  # tasks (threads count) in one child's cgroup: a fork bomb is refused (evaluator/sandbox/cgroups.py)
 
 
 class EvalSettings(BaseModel):
@@ -112,7 +112,7 @@ class TimingStats(BaseModel):
 
 
 class SpeedOfLight(BaseModel):
-    """The least time the device's peaks allow one call of the problem (evaluator/floor.py): its bytes in and out
+    """The least time the device's peaks allow one call of the problem (evaluator/verdict/speed_of_light.py): its bytes in and out
     at peak bandwidth, or its counted FLOPs at the fastest rate a kernel checked against fp32 may use, whichever is
     longer. A median's fraction of it (ms / median) is how close a kernel is to the hardware, not to PyTorch."""
 
@@ -226,7 +226,7 @@ class KernelProfile(BaseModel):
 
 
 class Profile(BaseModel):
-    """Nsight Compute's view of one correct candidate's forward calls (evaluator/profiling.py), for the refine
+    """Nsight Compute's view of one correct candidate's forward calls (evaluator/parent/profiling.py), for the refine
     prompt. Advice for the LLM only, never part of a verdict: ncu's output lies in a folder the candidate's process
     could write. `said` is why there are no kernels (no CUDA, no ncu, a timeout...)."""
 

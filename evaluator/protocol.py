@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 
 # The GPU a child is started for, in its environment: its problem's, known before the child gets it
-# (evaluator.references.OpenProblems places each problem): the child makes its CUDA context while it waits
-# (evaluator/child.py, _warm_cuda).
+# (evaluator.parent.references.OpenProblems places each problem): the child makes its CUDA context while it waits
+# (evaluator/child/main.py, _warm_cuda).
 WARM_GPU = "KFORGE_WARM_GPU"
 
 
@@ -37,7 +37,7 @@ class TimingRequest(_Line):
     min_reps: int
     max_reps: int
     rel_ci: float | None
-    paired: bool = True  # a candidate's rounds wait for the reference's beside them (evaluator/pacing.py)
+    paired: bool = True  # a candidate's rounds wait for the reference's beside them (evaluator/verdict/pacing.py)
 
 
 class _RunRequest(_Line):
@@ -94,7 +94,7 @@ class IntrospectRequest(_Line):
 
 
 class ProfileRequest(_Line):
-    """Run a correct candidate's forward under Nsight Compute (evaluator/profiling.py): a warm-up call, then `calls`
+    """Run a correct candidate's forward under Nsight Compute (evaluator/parent/profiling.py): a warm-up call, then `calls`
     calls inside the NVTX range `kforge_forward`, which is all ncu profiles. No seeds: nothing here is judged."""
 
     role: Literal["profile"] = "profile"
@@ -154,7 +154,7 @@ class Check(_Line):
 
 class TimeBlock(_Line):
     """To the comparer: time `reps` calls of the reference on the inputs of timed reps first.. (one side of a
-    pair of interleaved timing, evaluator/pacing.py)."""
+    pair of interleaved timing, evaluator/verdict/pacing.py)."""
 
     op: Literal["time"] = "time"
     first: int = Field(ge=0)
@@ -221,11 +221,11 @@ class Compiled(Message):
     seconds: float
     cache_hit: bool
     steps: dict[str, float]
-    headers: list[str] = Field(default_factory=list)  # how each CUDA source was built: lean or full (evaluator/lean_headers.py)
+    headers: list[str] = Field(default_factory=list)  # how each CUDA source was built: lean or full (evaluator/child/lean_headers.py)
 
 
 class Kernels(Message):
-    """Which compiled extensions the candidate loaded (filled in by evaluator.extensions.KernelWatch)."""
+    """Which compiled extensions the candidate loaded (filled in by evaluator.child.kernel_watch.KernelWatch)."""
 
     event: Literal["kernels"] = "kernels"
     modules: list[str] = Field(default_factory=list)  # extension modules the candidate loaded
@@ -233,7 +233,7 @@ class Kernels(Message):
 
 
 class Calls(BaseModel):
-    """What a watched call ran (counted by evaluator.extensions.KernelWatch)."""
+    """What a watched call ran (counted by evaluator.child.kernel_watch.KernelWatch)."""
 
     kernel: int = 0  # calls of functions of the candidate's compiled extensions
     reference: int = 0  # calls into the reference problem's code
@@ -263,7 +263,7 @@ class Leaks(Message):
 
 
 class LeakMark(Message):
-    """At each mark of the leak check on a GPU (evaluator.gpumemory.MARKS): the parent reads the device memory of
+    """At each mark of the leak check on a GPU (evaluator.sandbox.gpumemory.MARKS): the parent reads the device memory of
     the candidate's processes, then answers Ack."""
 
     event: Literal["leak_mark"] = "leak_mark"

@@ -55,10 +55,10 @@ def evaluate_and_record(database: Database, jobs: list[CandidateJob], settings: 
     if not jobs:
         return
     if backend is None:
-        from evaluator.sandbox import start_children
+        from evaluator.sandbox.spawn import start_children
 
         start_children()  # the children's fork server imports torch while this process does, on the next line
-    from evaluator.runner import evaluate  # torch loads here, not when the CLI starts
+    from evaluator.parent.runner import evaluate  # torch loads here, not when the CLI starts
 
     backend = backend or evaluate
     hooks = {"on_stage": on_stage} if on_stage and backend is evaluate else {}

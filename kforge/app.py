@@ -106,7 +106,7 @@ def eval_settings(device: str | None, size: str, jobs: int | None = None, compil
 
 def say_compile_plan(settings: EvalSettings) -> None:
     """Said once by each command that compiles candidates, before its first compile."""
-    from evaluator.batch import compile_plan  # torch: not on the path of --help
+    from evaluator.parent.batch import compile_plan  # torch: not on the path of --help
 
     err.print(f"kforge: {compile_plan(settings).why}", markup=False, highlight=False, soft_wrap=True)
 

@@ -33,7 +33,7 @@ def backend_for(name: str, address: str | None) -> Backend | None:
     if name == "local":
         return None
     if name == "ray":
-        from evaluator import ray_backend  # Ray is an optional extra: imported only when asked for
+        from evaluator.parent import ray_backend  # Ray is an optional extra: imported only when asked for
         return functools.partial(ray_backend.evaluate, address=address)
     raise UserError(f"--backend must be local or ray, not '{name}'")
 
@@ -117,7 +117,7 @@ def doctor(as_json: JsonOpt = False) -> None:
     """Which sandbox layers candidates run under on this machine (each enforced by the kernel, or why not)."""
     import tempfile
 
-    from evaluator.jail_rules import probe_layers
+    from evaluator.parent.jail_spec import probe_layers
 
     with tempfile.TemporaryDirectory(prefix="kforge-doctor-") as scratch:
         os.chmod(scratch, 0o711)  # as a batch's root: the child uid reaches its folder inside

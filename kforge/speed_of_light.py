@@ -2,7 +2,7 @@
 are judged against, so a report shows how far a kernel is from the hardware, not only from PyTorch.
 
 Problems declare `bytes_moved` / `flops` in KFORGE_META; for the others (e.g. imported KernelBench files)
-they are derived by the evaluator (evaluator.introspect: shapes on torch's meta device, in a jailed child).
+they are derived by the evaluator (evaluator.parent.introspect: shapes on torch's meta device, in a jailed child).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from evaluator.contracts import EvaluatorError
 from evaluator.hardware import peak
-from evaluator.introspect import introspect
+from evaluator.parent.introspect import introspect
 from reference_problems import Problem
 
 _log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ class Turn(BaseModel):
 
     source: str
     verdict: Verdict
-    profile: Profile | None = None  # Nsight Compute's view of this candidate (evaluator/profiling.py), on a GPU
+    profile: Profile | None = None  # Nsight Compute's view of this candidate (evaluator/parent/profiling.py), on a GPU
 
 
 class Program(BaseModel):

@@ -8,8 +8,8 @@ import weakref
 import pytest
 import torch
 
-from evaluator import audit_rules
-from evaluator.audit import TRIVIALS, audit_problem
+from evaluator.child import audit_rules
+from evaluator.parent.audit import TRIVIALS, audit_problem
 from reference_problems import list_problems
 from reference_problems.registry import PROBLEM_DIR
 

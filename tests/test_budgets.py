@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from evaluator import CandidateJob, EvalSettings, Status, evaluate, resources
+from evaluator import CandidateJob, EvalSettings, Status, evaluate
+from evaluator.sandbox import cgroups
 from evaluator.contracts import Limits
-from evaluator.budgets import COMPILER_IDLE_S, DISK_QUOTA_MB
+from evaluator.sandbox.budgets import COMPILER_IDLE_S, DISK_QUOTA_MB
 from reference_problems import resolve_problem
 from tests.conftest import ROOT, running
 
@@ -83,18 +84,18 @@ def test_many_files_each_under_the_file_limit_are_stopped_at_the_disk_quota_and_
 
 
 def test_each_childs_memory_and_tasks_are_its_share_of_the_machine(monkeypatch):
-    tasks = min(4096, resources.TASKS_AT_REST + resources.TASKS_PER_CORE * (os.cpu_count() or 1))
-    monkeypatch.setattr(resources, "_available_mb", lambda: 24_000)  # the CPU machines: 24 GB
-    assert resources.child_share(16_384, 4_096, children=5) == (4_800, tasks)
-    assert resources.child_share(16_384, 4_096, children=16) == (resources.COMPILE_PEAK_MB, tasks)
-    assert resources.child_share(3_072, 128, children=5) == (3_072, 128)  # never more than asked
-    monkeypatch.setattr(resources, "_available_mb", lambda: 2_000_000)  # a GPU host
-    assert resources.child_share(16_384, 4_096, children=40)[0] == 16_384
+    tasks = min(4096, cgroups.TASKS_AT_REST + cgroups.TASKS_PER_CORE * (os.cpu_count() or 1))
+    monkeypatch.setattr(cgroups, "_available_mb", lambda: 24_000)  # the CPU machines: 24 GB
+    assert cgroups.child_share(16_384, 4_096, children=5) == (4_800, tasks)
+    assert cgroups.child_share(16_384, 4_096, children=16) == (cgroups.COMPILE_PEAK_MB, tasks)
+    assert cgroups.child_share(3_072, 128, children=5) == (3_072, 128)  # never more than asked
+    monkeypatch.setattr(cgroups, "_available_mb", lambda: 2_000_000)  # a GPU host
+    assert cgroups.child_share(16_384, 4_096, children=40)[0] == 16_384
 
 
 def test_a_batch_gives_its_children_their_share(monkeypatch, tmp_path):
-    monkeypatch.setattr(resources, "_available_mb", lambda: 24_000)
-    from evaluator.batch import Batch
+    monkeypatch.setattr(cgroups, "_available_mb", lambda: 24_000)
+    from evaluator.parent.batch import Batch
 
     batch = Batch(EvalSettings(device="cpu", jobs=2, build_root=tmp_path, sandbox="warn"), per_device=3)
     shutil.rmtree(batch.root)

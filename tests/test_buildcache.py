@@ -1,10 +1,10 @@
-"""Publishing a compile child's build into the cache (evaluator/buildcache.py), on real directories."""
+"""Publishing a compile child's build into the cache (evaluator/parent/buildcache.py), on real directories."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from evaluator import buildcache
+from evaluator.parent import buildcache
 
 
 def _built(workdir: Path, key: str) -> None:

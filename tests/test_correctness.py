@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evaluator import correctness
-from evaluator.correctness import compare_tensor
+from evaluator.child import correctness
+from evaluator.child.correctness import compare_tensor
 
 
 def test_float32_is_judged_as_allclose_judges_it():

@@ -1,12 +1,12 @@
-"""evaluator.costs: a batch's FLOPs, counted once in one jailed introspect child, at the batch's size."""
+"""evaluator.parent.flops: a batch's FLOPs, counted once in one jailed introspect child, at the batch's size."""
 
 from __future__ import annotations
 
 import shutil
 import threading
 
-from evaluator.batch import Batch
-from evaluator.costs import ProblemCosts
+from evaluator.parent.batch import Batch
+from evaluator.parent.flops import ProblemCosts
 from reference_problems import resolve_problem
 
 

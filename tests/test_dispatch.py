@@ -1,4 +1,4 @@
-"""Which candidate goes to which device, and when (evaluator.dispatch, evaluator.references.OpenProblems): the
+"""Which candidate goes to which device, and when (evaluator.parent.dispatch, evaluator.parent.references.OpenProblems): the
 real dispatcher and the real OpenProblems over a batch whose devices are named like a host's GPUs and whose
 children are recorded instead of started (the CPU path runs real children: tests/test_references.py)."""
 
@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from evaluator import references
-from evaluator.dispatch import AHEAD, IN_FLIGHT, Dispatcher
-from evaluator.references import OpenProblems
+from evaluator.parent import references
+from evaluator.parent.dispatch import AHEAD, IN_FLIGHT, Dispatcher
+from evaluator.parent.references import OpenProblems
 from reference_problems import resolve_problem
 
 

@@ -184,8 +184,8 @@ def test_scratch_space_is_removed(cpu_settings, tmp_path, monkeypatch):
 def test_inputs_are_made_on_the_evaluation_device(name):
     """Inputs must be born on the target device (a 17 GB input never touches host memory); the meta device
     stands in for CUDA here, since both go through the same device context."""
-    from evaluator.loading import load_problem
-    from evaluator.trials import make_inputs
+    from evaluator.child.loading import load_problem
+    from evaluator.child.trials import make_inputs
 
     problem = load_problem(resolve_problem(name).path, {})
     assert {t.device.type for t in make_inputs(problem, 0, "meta")} == {"meta"}
@@ -196,8 +196,8 @@ def test_outputs_cross_as_raw_bytes_and_a_rewritten_file_is_refused(tmp_path):
     not a tensor); a file of any other size than its description is refused, not misread."""
     import torch
 
-    from evaluator.correctness import load_outputs
-    from evaluator.trials import save_outputs
+    from evaluator.child.correctness import load_outputs
+    from evaluator.child.trials import save_outputs
 
     outputs = [torch.randn(3, 4).t(), torch.tensor(True), torch.arange(5, dtype=torch.int64), None,
                torch.randn(2, 0), torch.randn(7).half(), torch.tensor([1 + 2j], dtype=torch.complex64), 3]
@@ -218,7 +218,7 @@ def test_outputs_cross_as_raw_bytes_and_a_rewritten_file_is_refused(tmp_path):
 def _child_with_torch_loaded() -> bool:
     """Is there an evaluator child (a process carrying a child's token: forked or exec'd, not the fork server,
     whose token is a placeholder of zeros) that has torch's library mapped?"""
-    from evaluator.sandbox import TOKEN_VAR
+    from evaluator.sandbox.spawn import TOKEN_VAR
 
     for proc in Path("/proc").glob("[0-9]*"):
         try:
@@ -238,7 +238,7 @@ def test_a_child_is_given_a_device_only_once_it_is_loaded(cpu_settings, tmp_path
     child's clock, wait for it."""
     import time
 
-    from evaluator.batch import Batch
+    from evaluator.parent.batch import Batch
 
     batch, asked = Batch(cpu_settings), []
 
@@ -261,33 +261,34 @@ def test_a_child_is_given_a_device_only_once_it_is_loaded(cpu_settings, tmp_path
 
 def test_compiles_at_once_are_bounded_by_the_hosts_available_memory(monkeypatch):
     """16 compiles asked on a 24 GB machine: what its memory holds beside the batch's own, at ~3.6 GB each."""
-    from evaluator import resources
+    from evaluator.sandbox import cgroups
 
-    assert resources._available_mb() > 0  # this machine's /proc/meminfo is read
-    monkeypatch.setattr(resources, "_available_mb", lambda: 24_000)
-    assert resources.compile_plan(16, 2).slots == 4 and resources.compile_plan(2, 2).slots == 2
-    monkeypatch.setattr(resources, "_available_mb", lambda: 2_000)
-    assert resources.compile_plan(16, 2).slots == 1
-    monkeypatch.setattr(resources, "_available_mb", lambda: None)
-    assert resources.compile_plan(16, 2).slots == 16
+    assert cgroups._available_mb() > 0  # this machine's /proc/meminfo is read
+    monkeypatch.setattr(cgroups, "_available_mb", lambda: 24_000)
+    assert cgroups.compile_plan(16, 2).slots == 4 and cgroups.compile_plan(2, 2).slots == 2
+    monkeypatch.setattr(cgroups, "_available_mb", lambda: 2_000)
+    assert cgroups.compile_plan(16, 2).slots == 1
+    monkeypatch.setattr(cgroups, "_available_mb", lambda: None)
+    assert cgroups.compile_plan(16, 2).slots == 16
 
 
 def test_unasked_compiles_at_once_follow_the_cores_and_say_why(monkeypatch):
-    from evaluator import resources
+    from evaluator.sandbox import cgroups
 
-    monkeypatch.setattr(resources, "_available_mb", lambda: 128_000)
-    plan = resources.compile_plan(None, 16)
+    monkeypatch.setattr(cgroups, "_available_mb", lambda: 128_000)
+    plan = cgroups.compile_plan(None, 16)
     assert plan.slots == 8 and plan.why.startswith("8 compile(s) at a time: 16 core(s) for compiles, 2 each; memory for 33")
-    assert resources.compile_plan(None, 1).slots == 1
-    monkeypatch.setattr(resources, "_available_mb", lambda: 12_000)
-    assert resources.compile_plan(None, 16).slots == 1
+    assert cgroups.compile_plan(None, 1).slots == 1
+    monkeypatch.setattr(cgroups, "_available_mb", lambda: 12_000)
+    assert cgroups.compile_plan(None, 16).slots == 1
 
 
 def test_on_cpu_the_timing_cores_are_left_out_of_the_compiles(monkeypatch):
     """16 cores, one timing the reference and the candidate: 15 left to compiles, 7 at a time; on a GPU all 16."""
-    from evaluator import batch, resources
+    from evaluator.parent import batch
+    from evaluator.sandbox import cgroups
 
-    monkeypatch.setattr(resources, "_available_mb", lambda: 128_000)
+    monkeypatch.setattr(cgroups, "_available_mb", lambda: 128_000)
     monkeypatch.setattr(batch.os, "sched_getaffinity", lambda _pid: set(range(16)))
     cpu = batch.compile_plan(EvalSettings(device="cpu", cpu_threads=1))
     assert (cpu.slots, cpu.why.split(";")[0]) == (7, "7 compile(s) at a time: 15 core(s) for compiles, 2 each")

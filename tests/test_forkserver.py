@@ -1,4 +1,4 @@
-"""Children forked from the fork server (evaluator/forkserver.py), as real jailed children: loaded at once, marked
+"""Children forked from the fork server (evaluator/sandbox/forkserver.py), as real jailed children: loaded at once, marked
 with their own token where kforge looks for what a child left behind, and gone with the server. The jail itself is
 tested through them by tests/test_sandbox.py (its `memory` attack: no kforge secret in a child's memory)."""
 
@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from evaluator import forkserver, sandbox
+from evaluator.child import forkserver as forkserver_main
+from evaluator.sandbox import forkserver, spawn
 from evaluator.contracts import Limits
-from evaluator.jail_rules import jail_spec
-from evaluator.sandbox import TOKEN_VAR, Child, jailed, prepare_child
+from evaluator.parent.jail_spec import jail_spec
+from evaluator.sandbox.spawn import TOKEN_VAR, Child, jailed, prepare_child
 from test_protocol import _Stray
 
 
@@ -75,9 +76,9 @@ def test_both_ways_of_starting_a_child_give_the_same_clear_error(tmp_path: Path,
 def test_a_server_that_cannot_fork_usable_children_says_why_and_children_start_as_interpreters(
         tmp_path: Path, monkeypatch, caplog) -> None:
     """A server refuses (as it does where CUDA was initialised before it forked): each request gets the reason,
-    and sandbox.Child starts its child the exec way, saying so once."""
+    and spawn.Child starts its child the exec way, saying so once."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    refusing = threading.Thread(target=forkserver.serve, args=(theirs, "CUDA was initialised"), daemon=True)
+    refusing = threading.Thread(target=forkserver_main.serve, args=(theirs, "CUDA was initialised"), daemon=True)
     refusing.start()
     client = forkserver.Server.__new__(forkserver.Server)  # the client half alone, on this socket
     client._sock, client._lock, client._next, client._started, client._children = ours, threading.Lock(), 0, {}, {}
@@ -137,6 +138,6 @@ def test_kforges_stop_reaches_a_jailed_child_once(tmp_path: Path) -> None:
     while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)  # the outer process's handlers are set just after it forks the child
-    sandbox._stop(proc)
+    spawn._stop(proc)
     assert proc.wait(timeout=10) == 0 and (tmp_path / "sigints").read_text() == "1"
 

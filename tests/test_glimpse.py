@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evaluator import comparer, timing
+from evaluator.child import comparer, timing
 
 
 def _meta(t: torch.Tensor, seen: timing.Glimpse | None) -> dict:

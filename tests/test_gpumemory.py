@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from evaluator import gpumemory
+from evaluator.sandbox import gpumemory
 from evaluator.contracts import EvalSettings, Status
-from evaluator.jail_rules import jail_spec, probe_layers
-from evaluator.judge import Reference, _Case, _leak
-from evaluator.results import ChildResult
-from evaluator.sandbox import _JAIL, TOKEN_VAR, scrubbed_env
+from evaluator.parent.jail_spec import jail_spec, probe_layers
+from evaluator.verdict.rules import Reference, _Case, _leak
+from evaluator.sandbox.results import ChildResult
+from evaluator.sandbox.spawn import _JAIL, TOKEN_VAR, scrubbed_env
 from reference_problems import resolve_problem
 
 MIB = 2**20

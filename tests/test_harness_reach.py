@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT
 from evaluator import CandidateJob, EvalSettings, Status, Verdict, evaluate
-from evaluator.checks import CHECKED, Checks
+from evaluator.verdict.checks import CHECKED, Checks
 from reference_problems import resolve_problem
 
 RELU = ROOT / "tests" / "adversarial" / "relu"

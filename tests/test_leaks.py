@@ -9,7 +9,7 @@ import sys
 import torch
 
 from conftest import ROOT
-from evaluator.leaks import measure_growth, window_calls
+from evaluator.child.leaks import measure_growth, window_calls
 
 
 def test_a_window_holds_about_a_quarter_second_of_calls_but_never_fewer_than_four():
@@ -21,8 +21,8 @@ def test_a_window_holds_about_a_quarter_second_of_calls_but_never_fewer_than_fou
 
 _SLOW_LEAK = """
 import json, time, torch
-from evaluator.child import _steady_malloc
-from evaluator.leaks import measure_growth
+from evaluator.child.main import _steady_malloc
+from evaluator.child.leaks import measure_growth
 _steady_malloc()
 kept = []
 def call():

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluator import lean_headers
-from evaluator.loading import build_steps
+from evaluator.child import lean_headers
+from evaluator.child.loading import build_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 SET = ROOT / "benchmarks" / "compile_set"
@@ -40,7 +40,7 @@ def test_the_lean_header_holds_each_operator_called_and_no_other():
 _LOAD = """
 import json, os, sys
 import torch.utils.cpp_extension as cpp_extension
-from evaluator import lean_headers
+from evaluator.child import lean_headers
 cpp_extension.CUDA_HOME = cpp_extension.CUDA_HOME or os.environ["CUDA_HOME"]  # a CPU torch: nvcc builds the .cu object
 lean_headers.install()
 try:

@@ -1,4 +1,4 @@
-"""The dispatcher check (evaluator/overrides.py): real registrations for operators that existed before, each made
+"""The dispatcher check (evaluator/child/overrides.py): real registrations for operators that existed before, each made
 in a fresh process after the snapshot, the candidate's own operators beside them, its cost, and the candidates
 that override ATen kernels against the real evaluator."""
 
@@ -20,7 +20,7 @@ RELU = Path(__file__).parent / "adversarial" / "relu"
 _CHANGED = """
 import json, sys
 import torch
-from evaluator.overrides import Overrides
+from evaluator.child.overrides import Overrides
 seen = Overrides()
 exec(sys.argv[1])
 print(json.dumps(seen.changed()))
@@ -104,7 +104,7 @@ def test_torch_compile_is_not_reported():
 _COST = """
 import json, time
 import torch
-from evaluator.overrides import Overrides
+from evaluator.child.overrides import Overrides
 start = time.perf_counter()
 seen = Overrides()
 snapshot = time.perf_counter() - start
@@ -130,13 +130,13 @@ def test_a_check_costs_tens_of_milliseconds():
 
 _GUARDED = """
 import torch
-import evaluator.overrides
-from evaluator.guard import Guard, harness_modules
+import evaluator.child.overrides
+from evaluator.child.guard import Guard, harness_modules
 guard = Guard(harness_modules())
 lib = torch.library.Library('aten', 'IMPL')
 lib.impl('copy_', lambda dst, src, non_blocking=False: dst, 'CPU')
 print(guard.violations())
-evaluator.overrides._dump = lambda name: ''
+evaluator.child.overrides._dump = lambda name: ''
 print(guard.violations()[0])
 """
 
@@ -146,7 +146,7 @@ def test_the_guard_names_the_operator_and_watches_the_check_itself():
                          check=True)
     registered, rebound = ran.stdout.splitlines()
     assert registered.startswith("['aten::copy_ kernels changed (CPU: registered at <string>:"), registered
-    assert rebound == "evaluator.overrides._dump"
+    assert rebound == "evaluator.child.overrides._dump"
 
 
 # candidate -> (status, exploit, text the cause must contain)

@@ -1,4 +1,4 @@
-"""Interleaved timing: the parent times the reference beside every round of the candidate (evaluator/pacing.py)."""
+"""Interleaved timing: the parent times the reference beside every round of the candidate (evaluator/verdict/pacing.py)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 
 from conftest import CANDIDATES, SOLUTIONS, kforge_runner
-from evaluator import CandidateJob, EvalSettings, Status, evaluate, resources
+from evaluator import CandidateJob, EvalSettings, Status, evaluate
+from evaluator.sandbox import cgroups
 from evaluator.contracts import Evidence, TimingReport
-from evaluator.judge import Outcome, Reference, _Case, _pairing, _timing, pooled
-from evaluator.pacing import MIN_PAIRS, Pacer, Paired
-from evaluator.results import ChildResult
-from evaluator.timing import Pace, bench, cpu_cores, paired_ratio, pooled_ratio, summarize
+from evaluator.verdict.rules import Outcome, Reference, _Case, _pairing, _timing, pooled
+from evaluator.verdict.pacing import MIN_PAIRS, Pacer, Paired
+from evaluator.sandbox.results import ChildResult
+from evaluator.child.timing import Pace, bench, cpu_cores
+from evaluator.statistics import paired_ratio, pooled_ratio, summarize
 from reference_problems import resolve_problem
 
 SAME = CANDIDATES / "scale_bias_hardswish" / "same_as_reference.py"
@@ -201,7 +203,7 @@ def test_the_hold_returns_only_once_every_process_of_the_candidate_is_stopped(wa
     """The reference is timed inside the hold, so nothing of the candidate may still run when it returns: a
     kill(SIGSTOP) takes effect only when the scheduler next runs each thread, and on 2 busy cores the spinners of
     spin_while_paired.py went on for up to 13 ms into the reference's block (slowing it up to 15x)."""
-    cgroup, why = resources.for_child(64, 256) if way == "cgroup" else (None, "")
+    cgroup, why = cgroups.for_child(64, 256) if way == "cgroup" else (None, "")
     if way == "cgroup" and cgroup is None:
         pytest.skip(why)
 
@@ -212,7 +214,7 @@ def test_the_hold_returns_only_once_every_process_of_the_candidate_is_stopped(wa
     proc = subprocess.Popen(["sh", "-c", SPINNERS], preexec_fn=join, start_new_session=True)
     running = []
     try:
-        freeze = cgroup.freeze if cgroup else functools.partial(resources.freeze_group, proc.pid)
+        freeze = cgroup.freeze if cgroup else functools.partial(cgroups.freeze_group, proc.pid)
         time.sleep(0.3)
         for _ in range(20):
             freeze(True)
@@ -283,8 +285,8 @@ def test_a_reference_slowed_beside_the_candidate_on_a_gpu_is_not_paired_with_it(
     reference timed alone (the judge gives no paired ratio), and the timing report says why; within 5 % the
     pairs stand. On CPU the machine's load moves both sides, which is what pairing is for: they stand there."""
     from conftest import relu_timing_case
-    from evaluator.judge import _report, _usable
-    from evaluator.timing import summarize
+    from evaluator.verdict.rules import _report, _usable
+    from evaluator.statistics import summarize
 
     samples = [0.7] * 50
     case = relu_timing_case(samples, monkeypatch, device=device)

@@ -1,4 +1,4 @@
-"""kforge's precompiled torch/extension.h (evaluator/precompiled.py): which builds get it, that a real compile
+"""kforge's precompiled torch/extension.h (evaluator/child/precompiled.py): which builds get it, that a real compile
 through the evaluator uses it, and that a .gch built with other flags is ignored without breaking the build."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import pytest
 import torch.utils.cpp_extension as cpp_extension
 
 from conftest import COMPILED_RELU, SOLUTIONS
-from evaluator import CandidateJob, EvalSettings, Status, evaluate, precompiled
-from evaluator.batch import build_key
+from evaluator import CandidateJob, EvalSettings, Status, evaluate
+from evaluator.child import precompiled
+from evaluator.parent.batch import build_key
 from reference_problems import resolve_problem
 
 FUSED = SOLUTIONS / "scale_bias_hardswish" / "cpu_fused_o3.py"
@@ -156,7 +157,7 @@ def test_a_precompiled_header_with_other_flags_is_ignored_and_the_build_is_still
 def test_the_compiler_of_a_precompiled_header_reaches_a_build_root_in_a_private_folder(tmp_path):
     """A build root under a folder only its owner may enter (root's HOME, a mkdtemp): the jailed compiler runs as
     a uid that can read it, or the .gch fails with "Permission denied" and every main.cpp compiles without it."""
-    from evaluator.batch import Batch
+    from evaluator.parent.batch import Batch
 
     private = tmp_path / "private"
     private.mkdir(mode=0o700)

@@ -14,9 +14,9 @@ import pytest
 
 from evaluator import CandidateJob, EvalSettings, Evidence, KernelProfile, Profile, Status, TimingStats, Verdict, profile
 from evaluator.contracts import SpeedOfLight, TimingReport
-from evaluator.jail_rules import jail_spec
-from evaluator.profiling import METRICS, parse_csv
-from evaluator.sandbox import _JAIL, ROOT, scrubbed_env
+from evaluator.parent.jail_spec import jail_spec
+from evaluator.parent.profiling import METRICS, parse_csv
+from evaluator.sandbox.spawn import _JAIL, ROOT, scrubbed_env
 from prompts import Turn, chat_messages, render_feedback
 from reference_problems import resolve_problem
 
@@ -126,7 +126,7 @@ def test_a_cpu_job_gets_a_profile_that_says_why_without_starting_ncu(tmp_path, m
 _CHILD = '''
 import json, os, runpy, socket
 layers = json.loads(os.environ["KFORGE_JAIL"])
-network = layers.get("network", "").startswith("on")  # what evaluator.child decides its filter by
+network = layers.get("network", "").startswith("on")  # what evaluator.child.main decides its filter by
 out = {"layers": layers, "confined": runpy.run_path(os.environ["KFORGE_CONFINE"])["forbid_touching_parent"](network=network)}
 try:
     socket.create_connection(("127.0.0.1", PORT), timeout=2).close()
@@ -153,7 +153,7 @@ print(json.dumps(out))
 def _jailed_child(tmp_path: Path, port: int, profile_jail: bool) -> subprocess.CompletedProcess:
     spec = jail_spec([tmp_path], []) | {"profile": profile_jail}
     code = _CHILD.replace("PORT", str(port)).replace("NAME", f"kforge-profile-test-{os.getpid()}")
-    env = scrubbed_env(tmp_path, tmp_path, "t") | {"KFORGE_CONFINE": str(ROOT / "evaluator" / "confine.py")}
+    env = scrubbed_env(tmp_path, tmp_path, "t") | {"KFORGE_CONFINE": str(ROOT / "evaluator" / "sandbox" / "seccomp.py")}
     return subprocess.run([sys.executable, str(_JAIL), json.dumps(spec), "--", sys.executable, "-c", code], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=60)
 
@@ -189,7 +189,7 @@ def test_a_profile_request_is_part_of_the_protocol_and_no_other_role_runs_in_the
     (an introspect child here, real and jailed), so no candidate or reference child ever runs with the network on."""
     from evaluator.contracts import Limits
     from evaluator.protocol import IntrospectRequest, ProfileRequest, read_request
-    from evaluator.sandbox import Child
+    from evaluator.sandbox.spawn import Child
 
     request = ProfileRequest(problem_path="p.py", candidate_path="c.py", init_seed=1, input_seed=2, calls=3)
     assert read_request(request.model_dump_json().encode()) == request
@@ -208,7 +208,7 @@ def test_a_scratch_under_dev_shm_is_refused_by_the_profile_jail_and_profiles_kee
     """The profile jail mounts a private tmpfs on /dev/shm, which would hide a scratch folder made there (the GPU
     host's scripts set TMPDIR=/dev/shm): the jail says so instead of a child that cannot find its folder, and a
     profile's scratch goes to /tmp when the temporary folder is in /dev/shm."""
-    from evaluator.profiling import scratch_parent
+    from evaluator.parent.profiling import scratch_parent
 
     monkeypatch.setattr("tempfile.tempdir", "/dev/shm")
     assert scratch_parent() == "/tmp"
@@ -239,7 +239,7 @@ def opens(path):
     except OSError as exc:
         return exc.errno
 out = {"own": opens(f"/proc/self/task/{os.getpid()}/comm"), "jail_init": opens("/proc/1/comm")}
-from evaluator.jail import narrow_profile_target
+from evaluator.sandbox.jail import narrow_profile_target
 out["narrowed"] = narrow_profile_target()
 out |= {"own_after": opens(f"/proc/self/task/{os.getpid()}/comm"), "jail_init_after": opens("/proc/1/comm")}
 print(json.dumps(out))
@@ -254,7 +254,7 @@ def test_a_process_the_profile_jail_starts_names_its_threads_and_then_narrows_pr
     cuInit, error 304, where it cannot: what the H100 showed), and the target's own layer, stacked before it
     loads the candidate, narrows that to its own pid again (ncu's /proc is closed to it)."""
     spec = jail_spec([tmp_path], []) | {"profile": True}
-    env = scrubbed_env(tmp_path, tmp_path, "t") | {"KFORGE_CONFINE": str(ROOT / "evaluator" / "confine.py")}
+    env = scrubbed_env(tmp_path, tmp_path, "t") | {"KFORGE_CONFINE": str(ROOT / "evaluator" / "sandbox" / "seccomp.py")}
     proc = subprocess.run([sys.executable, str(_JAIL), json.dumps(spec), "--", sys.executable, "-c", _TARGET, str(ROOT)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     if proc.returncode == 126:

@@ -1,4 +1,4 @@
-"""The parent <-> child protocol (evaluator.protocol) and problem introspection (evaluator.introspect), with real
+"""The parent <-> child protocol (evaluator.protocol) and problem introspection (evaluator.parent.introspect), with real
 children in the jail: a malformed request is one clear error, and a problem file that raises, hangs or kills its child
 is named while the other files are still measured."""
 
@@ -10,14 +10,14 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from evaluator.batch import Batch
+from evaluator.parent.batch import Batch
 from evaluator.contracts import Limits, Status
-from evaluator.introspect import introspect
-from evaluator.jail_rules import jail_spec
-from evaluator.judge import ended_badly
+from evaluator.parent.introspect import introspect
+from evaluator.parent.jail_spec import jail_spec
+from evaluator.verdict.rules import ended_badly
 from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, read_request
-from evaluator.results import ChildResult
-from evaluator.sandbox import Child
+from evaluator.sandbox.results import ChildResult
+from evaluator.sandbox.spawn import Child
 from kforge.speed_of_light import Cost, derive
 from reference_problems import resolve_problem
 
@@ -120,7 +120,7 @@ DTYPE = torch.float32
 
 
 def test_introspection_counts_at_the_size_a_batch_asks_and_answers_as_it_goes(tmp_path: Path) -> None:
-    """A batch's FLOPs (evaluator.costs) are counted at its size: the overrides resize the file as the reference
+    """A batch's FLOPs (evaluator.parent.flops) are counted at its size: the overrides resize the file as the reference
     child's request does. Each answer is heard as it comes; 8-bit inputs get no FLOPs (the 16-bit peak would not
     bound them)."""
     narrow = SIZED.replace("DTYPE = torch.float32", "DTYPE = torch.float8_e4m3fn")
@@ -160,9 +160,9 @@ def test_a_request_kforge_cannot_write_raises_at_once_instead_of_starving_its_ch
     import torch
 
     from evaluator.contracts import Limits
-    from evaluator.jail_rules import jail_spec
+    from evaluator.parent.jail_spec import jail_spec
     from evaluator.protocol import IntrospectRequest
-    from evaluator.sandbox import Child
+    from evaluator.sandbox.spawn import Child
 
     path = _problem(tmp_path, "good", GOOD)
     child = Child(tmp_path / "w", tmp_path / "w" / "build", Limits(timeout_s=120), cap_address_space=True,

@@ -14,8 +14,8 @@ import torch
 
 from conftest import SOLUTIONS
 from evaluator import CandidateJob, EvalSettings, Status, evaluate
-from evaluator.references import OpenProblems, ReferenceServer, _RESIDENT_SHARE
-from evaluator.batch import Batch
+from evaluator.parent.references import OpenProblems, ReferenceServer, _RESIDENT_SHARE
+from evaluator.parent.batch import Batch
 from reference_problems import resolve_problem
 
 HUNGRY = Path(__file__).parent / "problems" / "hungry.py"
@@ -88,7 +88,7 @@ def test_open_problems_are_bounded_by_the_memory_their_comparers_hold(cpu_settin
 
 def test_a_problem_is_expected_to_hold_what_one_call_moves_beside_its_resident_outputs(cpu_settings):
     """Before its reference ran, a problem counts its resident budget plus one call's bytes (measured on the meta
-    device by evaluator.costs): a second problem that fits beside a first on the budget alone does not open
+    device by evaluator.parent.flops): a second problem that fits beside a first on the budget alone does not open
     beside it when its call moves a fifth of the device; unmeasured, it counts the budget alone."""
     batch = Batch(cpu_settings)
     a, b = resolve_problem("relu"), resolve_problem("softmax")
@@ -108,7 +108,7 @@ def test_spare_reference_children_start_ahead_bounded_and_are_taken_or_ended(cpu
     """Problems waiting to open get their reference child started early (on CUDA the dispatcher asks; the child
     holds no device memory until its request), at most _SPARES_PER_DEVICE; a problem that opens takes its spare
     (the same process, which then serves), and close_all ends the spares nobody took."""
-    from evaluator.references import _SPARES_PER_DEVICE
+    from evaluator.parent.references import _SPARES_PER_DEVICE
 
     batch = Batch(cpu_settings)
     a, b, c = (resolve_problem(n) for n in ("relu", "softmax", "matmul"))
@@ -191,7 +191,7 @@ def test_a_candidate_gives_the_gpu_back_while_its_child_still_loads(cpu_settings
     """On CUDA a candidate that ran its problem's reference releases the device while its own child still loads,
     and another candidate's loaded child takes it meanwhile (both ask for the comparer's device, as candidates
     do); on CPU a candidate holds the device from its start to its end."""
-    from evaluator.batch import Hold
+    from evaluator.parent.batch import Hold
 
     gpu, cpu = Batch(cpu_settings.model_copy(update={"device": "cuda", "gpus": ["7"]})), Batch(cpu_settings)
     try:
@@ -220,10 +220,10 @@ def test_a_comparer_out_of_memory_is_kforges_failure_and_unreadable_outputs_are_
                                                                                               monkeypatch):
     """On the H100 the comparer of a 17 GB problem ran out of GPU memory reading a timed call's outputs, and the
     honest candidate was judged `cheat: forged_outputs`. Memory is kforge's side: reference_error, cause kept."""
-    from evaluator import comparer
-    from evaluator.judge import Reference, _Case
+    from evaluator.child import comparer
+    from evaluator.verdict.rules import Reference, _Case
     from evaluator.protocol import Compare
-    from evaluator.results import ChildResult
+    from evaluator.sandbox.results import ChildResult
 
     def fail(*_):
         raise raised

@@ -16,11 +16,11 @@ import torch
 
 from conftest import ROOT, SOLUTIONS, relu_timing_case, running
 from evaluator import CandidateJob, EvalSettings, Limits, Status, Verdict, evaluate
-from evaluator.guard import Guard, Tampered
+from evaluator.child.guard import Guard, Tampered
 from evaluator.hardware import Peak
-from evaluator.judge import Reference, _timing, judge
-from evaluator.results import ChildResult
-from evaluator.timing import implausible
+from evaluator.verdict.rules import Reference, _timing, judge
+from evaluator.sandbox.results import ChildResult
+from evaluator.verdict.wall_clock import implausible
 from reference_problems import resolve_problem
 
 ADVERSARIAL = Path(__file__).parent / "adversarial"
@@ -147,19 +147,19 @@ def test_a_file_size_limit_stops_disk_filling(adversarial_settings):
 
 
 def test_guard_sees_replaced_functions_swapped_code_and_flags():
-    import evaluator.timing as timing
+    import evaluator.child.timing as timing
 
     guard = Guard([timing])
     saved = (torch.manual_seed, timing.bench.__code__, torch.get_num_threads())
     try:
         torch.manual_seed = lambda seed: None
-        timing.bench.__code__ = timing.summarize.__code__
+        timing.bench.__code__ = timing.block.__code__
         torch.set_num_threads(saved[2] + 1)
         found = "; ".join(guard.violations())
     finally:
         torch.manual_seed, timing.bench.__code__ = saved[:2]
         torch.set_num_threads(saved[2])
-    assert "torch.manual_seed" in found and "evaluator.timing.bench" in found and "torch.get_num_threads()" in found
+    assert "torch.manual_seed" in found and "evaluator.child.timing.bench" in found and "torch.get_num_threads()" in found
     guard.check("now")  # everything restored: no complaint
 
 
@@ -203,7 +203,7 @@ def test_a_time_below_the_flop_floor_is_a_cheat(adversarial_settings, monkeypatc
     """The whole path on a real run: the reference child counts the GEMM's FLOPs (2 x 32 x 256 x 256), the
     judge divides them by the machine's peak. No CPU is slow enough to make an honest time impossible (the same
     candidate is `correct` in the main batch), so the peak is made tiny: 1 MFLOP/s, where the call needs 4.2 s."""
-    monkeypatch.setattr("evaluator.judge.cpu_peak", lambda: Peak(None, 1e6, 1e6, "a test machine"))
+    monkeypatch.setattr("evaluator.verdict.rules.cpu_peak", lambda: Peak(None, 1e6, 1e6, "a test machine"))
     (v,) = evaluate([CandidateJob(path=GEMM, problem=resolve_problem("gemm_bias_relu"))], adversarial_settings)
     assert (v.status, v.evidence.exploit) == (CHEAT, "flop_floor"), v.evidence
     assert "below 0.5 x the flop floor of 4194 ms: 4.19e+06 FLOP at 1e+06 FLOP/s need 4194 ms" in v.evidence.cause
@@ -248,7 +248,7 @@ def test_outputs_never_handed_over_or_unreadable_are_forged():
 
 @pytest.mark.skipif(not CONFINED, reason="the seccomp filter is x86-64 only")
 def test_the_child_filter_blocks_signals_to_the_parent_and_allows_the_rest():
-    code = ("import os, sys; from evaluator.confine import forbid_touching_parent as f; assert f(); "
+    code = ("import os, sys; from evaluator.sandbox.seccomp import forbid_touching_parent as f; assert f(); "
             "os.kill(os.getpid(), 0); os.kill(0, 0); print('self ok', flush=True); os.kill(os.getppid(), 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "self ok" and proc.returncode == -signal.SIGSYS

@@ -23,11 +23,11 @@ import pytest
 from conftest import COMPILED_RELU, ROOT, kforge_runner, running
 from evaluator import CandidateJob, EvalSettings, Status, Verdict, evaluate
 from evaluator.contracts import Limits
-from evaluator.jail_rules import probe_layers
+from evaluator.parent.jail_spec import probe_layers
 from reference_problems import resolve_problem
 
 # A secret of kforge's process from its first moments (an API key would be in its environment): children are
-# forked from a server that never held kforge's memory (evaluator/forkserver.py), so none may find it in its own.
+# forked from a server that never held kforge's memory (evaluator/sandbox/forkserver.py), so none may find it in its own.
 # Its two halves are apart everywhere but here, so that a candidate can look for it without making it.
 SECRET_HEAD, SECRET_TAIL = "kf0rge-s3cret-", "d0-n0t-l3ak"
 os.environ["KFORGE_TEST_SECRET"] = SECRET_HEAD + SECRET_TAIL
@@ -270,8 +270,8 @@ def test_the_cuda_comparer_keeps_kforges_pid_namespace_but_not_its_powers(tmp_pa
     """The reference child on CUDA skips the namespaces (IPC handles must reach it) and still gets the rest."""
     import json
 
-    from evaluator.jail_rules import jail_spec
-    from evaluator.sandbox import _JAIL, scrubbed_env
+    from evaluator.parent.jail_spec import jail_spec
+    from evaluator.sandbox.spawn import _JAIL, scrubbed_env
 
     spec = jail_spec([tmp_path], [], namespaces=False)
     code = "import json, os; print(json.dumps([os.getpid(), os.environ['KFORGE_JAIL']]))"
@@ -289,8 +289,8 @@ def test_a_jailed_child_names_its_threads_the_way_cuda_does_and_writes_nothing_e
     the rest of /proc (sysctls, other processes) stays read-only."""
     import json
 
-    from evaluator.jail_rules import jail_spec
-    from evaluator.sandbox import _JAIL, scrubbed_env
+    from evaluator.parent.jail_spec import jail_spec
+    from evaluator.sandbox.spawn import _JAIL, scrubbed_env
 
     code = ("import os, threading\n"
             "open(f'/proc/self/task/{threading.get_native_id()}/comm', 'wb').write(b'kforge-cuda')\n"
@@ -314,8 +314,8 @@ def test_as_root_the_child_becomes_nobody_and_a_root_only_file_stays_closed_wher
     import shutil
     import tempfile
 
-    from evaluator.jail_rules import child_identity, jail_spec
-    from evaluator.sandbox import _JAIL
+    from evaluator.parent.jail_spec import child_identity, jail_spec
+    from evaluator.sandbox.spawn import _JAIL
 
     tmp_path = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own tmp folders are 0700: no other uid gets in
     tmp_path.chmod(0o711)
@@ -405,7 +405,7 @@ def test_a_compile_stage_candidate_cannot_write_the_build_cache(adversarial_buil
     its load_inline) and while it runs, finds the cache root, another key's published build, the outcomes and
     pch/ (the shared .so, the precompiled headers) all refused; every file there is unchanged from outside, and
     the victim, evaluated again, loads its build as it was."""
-    from evaluator.batch import build_key
+    from evaluator.parent.batch import build_key
 
     root, relu = adversarial_build_root, resolve_problem("relu")
     settings = EvalSettings(device="cpu", size="small", trials=2, warmup_ms=5, rep_ms=20, leak_calls=2, jobs=2, build_root=root)

@@ -14,7 +14,7 @@ from db import Database
 from evaluator import EvalSettings, Evidence, Status, TimingStats, Verdict
 from evaluator.contracts import SpeedOfLight, TimingReport
 from evaluator.hardware import device_name
-from evaluator.judge import _report
+from evaluator.verdict.rules import _report
 from fake_llm_server import FakeLLMServer, Reply, answer
 from judging.record import record_verdict
 from pipeline.extract import extract

@@ -40,7 +40,7 @@ class ModelNew(torch.nn.Module):
 """
 # Where Ctrl-C lands: the real compile (a worker thread waits on it) or a hanging candidate run (the main thread
 # does), each with the file (under tmp_path) that shows it has got there.
-# torch's build lock, in the compile child's own layer of the cache (evaluator/buildcache.py), under tmp_path
+# torch's build lock, in the compile child's own layer of the cache (evaluator/parent/buildcache.py), under tmp_path
 COMPILING = "tmp/kforge-eval-*/*/compile.view/upper/*/*/lock"
 PHASES = {"compile": (COMPILED_RELU, COMPILING), "run": (SLEEPER, "tmp/kforge-eval-*/**/hanging")}
 
@@ -62,12 +62,12 @@ def write_candidates(directory: Path, n_static: int, extra: dict[str, str] | Non
 
 
 def evaluator_children(tmpdir: Path) -> list[int]:
-    """Live `python -m evaluator.child` processes working under tmpdir (a deleted cwd still counts; other runs
+    """Live `python -m evaluator.child.main` processes working under tmpdir (a deleted cwd still counts; other runs
     on this machine do not)."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and b"evaluator.child" in (proc / "cmdline").read_bytes():
+            if proc.name.isdigit() and b"evaluator.child.main" in (proc / "cmdline").read_bytes():
                 if Path(os.readlink(proc / "cwd")).is_relative_to(tmpdir):
                     found.append(int(proc.name))
         except OSError:

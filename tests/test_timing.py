@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from conftest import ROOT
-from evaluator.timing import bench, median_interval, paired_ratio, summarize
+from evaluator.child.timing import bench
+from evaluator.statistics import median_interval, paired_ratio, summarize
 
 
 def test_the_median_interval_is_the_order_statistics_around_the_middle():
@@ -80,7 +81,7 @@ def test_a_slow_call_is_estimated_in_fewer_calls():
 
 def _small_relu():
     """The relu problem's module at its small size: inputs of one tensor, cheap to make on CPU."""
-    from evaluator.loading import load_problem
+    from evaluator.child.loading import load_problem
     from reference_problems import resolve_problem
 
     relu = resolve_problem("relu")
@@ -88,7 +89,7 @@ def _small_relu():
 
 
 def test_fresh_inputs_are_new_values_in_the_same_tensors():
-    from evaluator.trials import FreshInputs, make_inputs, rep_seed, timed_rep
+    from evaluator.child.trials import FreshInputs, make_inputs, rep_seed, timed_rep
 
     problem = _small_relu()
     inputs = make_inputs(problem, 7, "cpu")
@@ -103,7 +104,7 @@ def test_fresh_inputs_are_new_values_in_the_same_tensors():
 
 
 def test_a_write_into_inputs_not_yet_refilled_is_seen_without_making_them_again(monkeypatch):
-    from evaluator import trials
+    from evaluator.child import trials
 
     problem = _small_relu()
     inputs = trials.make_inputs(problem, 7, "cpu")
@@ -117,7 +118,7 @@ def test_a_write_into_inputs_not_yet_refilled_is_seen_without_making_them_again(
 def test_a_write_into_refilled_inputs_is_seen_in_the_same_tensors(monkeypatch):
     """After a fill, the fill's values are written again into the inputs themselves to fingerprint them: no
     second input set beside the candidate's (2 x 17 GB at avg_pool_2d's own size)."""
-    from evaluator import trials
+    from evaluator.child import trials
 
     problem = _small_relu()
     inputs = trials.make_inputs(problem, 7, "cpu")
@@ -138,7 +139,7 @@ def test_the_input_fingerprint_sees_writes_that_keep_the_sum(dtype):
     """Swaps within a row of the checksum's view, across rows, in the tail past the last whole row, and the
     whole input reversed (scratch for an in-place transpose or sort): every one keeps a plain sum. (The plain
     sum had no 16-byte word: a complex128 input failed the child.)"""
-    from evaluator.trials import fingerprint
+    from evaluator.child.trials import fingerprint
 
     x = (torch.randn(3 * 4096 + 100, generator=torch.Generator().manual_seed(0)) * 50).to(dtype)  # 100 in the tail
     bits = {1: torch.int8, 2: torch.int16, 4: torch.int32}.get(x.element_size(), torch.int64)  # complex128: 16 bytes
@@ -155,7 +156,7 @@ def test_the_input_fingerprint_sees_writes_that_keep_the_sum(dtype):
 
 _FINGERPRINT_PEAK = """
 import resource, torch
-from evaluator.trials import fingerprint
+from evaluator.child.trials import fingerprint
 x = torch.randn(2**26 + 77)  # 256 MiB of fp32
 inputs = [x, x[1:], x.to(torch.float16), x > 0]
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -174,8 +175,8 @@ def test_the_input_fingerprint_copies_nothing():
 
 def test_the_comparer_recomputes_a_timed_call_in_the_timers_own_tensors():
     """A second set of a 16 GB input ran the comparer out of memory beside its candidate on the H100 (stop 22)."""
-    from evaluator.comparer import Expected
-    from evaluator.trials import FreshInputs, make_inputs, rep_seed
+    from evaluator.child.comparer import Expected
+    from evaluator.child.trials import FreshInputs, make_inputs, rep_seed
 
     problem = _small_relu()
     inputs = make_inputs(problem, 7, "cpu")
@@ -199,7 +200,7 @@ def test_a_refill_writes_into_the_inputs_without_a_second_copy_and_never_mixes_t
     another, it falls back to making them apart, and the values are the same either way."""
     import types
 
-    from evaluator import trials
+    from evaluator.child import trials
 
     problem = types.ModuleType("aliasing")
     exec("import torch\ndef get_inputs():\n    " + body, problem.__dict__)
@@ -232,7 +233,7 @@ def test_inputs_whose_shape_changes_with_the_seed_stay_fresh_in_new_tensors():
     label let a cache pass, and the judge refused them for honest kernels too)."""
     import types
 
-    from evaluator import trials
+    from evaluator.child import trials
 
     problem = types.ModuleType("ragged")
     exec("import torch\ndef get_inputs():\n    n = int(torch.randint(1, 4, ()).item())\n"
@@ -253,7 +254,7 @@ def test_inputs_whose_shape_changes_with_the_seed_stay_fresh_in_new_tensors():
 _FIRST_FILL = """
 import sys, types, torch
 import torch.utils._device  # what every make_inputs loads (its device context): the trials' inputs did
-from evaluator import trials
+from evaluator.child import trials
 problem = types.ModuleType("drawn")
 exec("import torch\\ndef get_inputs():\\n    return [torch.randn(64, 64), torch.randint(3, 9, size=(5, 7)), "
      "torch.randint(4, (6,), dtype=torch.int32), torch.randint(3, 9, size=()), torch.randint(0, 5, (9,))]",
@@ -279,7 +280,7 @@ def test_the_first_fill_of_drawn_inputs_loads_nothing_and_writes_in_place():
 
 
 def test_the_floor_is_the_larger_bound_and_half_of_it_is_impossible():
-    from evaluator.floor import floor, impossible
+    from evaluator.verdict.speed_of_light import floor, impossible
     from evaluator.hardware import PEAKS
 
     matmul = floor(2 * 4096**3, 3 * 4 * 4096**2, PEAKS["H100"])  # 137 GFLOP, 201 MB
@@ -323,7 +324,7 @@ def test_paired_ratios_cancel_what_slows_both_sides_and_separate_medians_do_not(
 
 _FAULTS = """
 import resource, sys, torch
-from evaluator.child import _steady_malloc
+from evaluator.child.main import _steady_malloc
 if sys.argv[1] == "steady":
     _steady_malloc()
 x = torch.randn(64, 4096)
@@ -355,7 +356,7 @@ def test_cpu_children_reuse_memory_instead_of_faulting_it_in_every_call():
 def _keep(budget: int, asked: set[int], reps: int = 30, least: int = 20) -> tuple[dict, dict]:
     """A keeper over a timed loop of `reps` 4 KiB outputs whose parent asks for `asked`: what it handed over at
     once (label -> the tensors handed over, and the live output of that rep), and what it kept for after timing."""
-    from evaluator.child import _Keeper
+    from evaluator.child.main import _Keeper
 
     rep, handed, rounds = [0], {}, []
     outputs = [torch.full((1024,), float(i)) for i in range(reps)]

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, relu_timing_case
-from evaluator import CandidateJob, EvalSettings, Status, evaluate, resources
-from evaluator.judge import CPU_DISTURBED, _report, _timing, _usable
-from evaluator.pacing import Pacer, Paired
-from evaluator.timing import _CPU_UNEXPLAINED, _WALL_SLACK_S, implausible, summarize
+from evaluator import CandidateJob, EvalSettings, Status, evaluate
+from evaluator.sandbox import cgroups
+from evaluator.verdict.rules import CPU_DISTURBED, _report, _timing, _usable
+from evaluator.verdict.pacing import Pacer, Paired
+from evaluator.statistics import summarize
+from evaluator.verdict.wall_clock import _CPU_UNEXPLAINED, _WALL_SLACK_S, implausible
 from reference_problems import resolve_problem
 
 ADVERSARIAL = Path(__file__).parent / "adversarial"
@@ -80,7 +82,7 @@ def test_hidden_time_beyond_the_margin_is_implausible():
 
 
 def _frozen_hold():
-    raise resources.FreezeIncomplete("1 thread(s) still running 0.2 s after SIGSTOP (7/8: D)")
+    raise cgroups.FreezeIncomplete("1 thread(s) still running 0.2 s after SIGSTOP (7/8: D)")
     yield  # pragma: no cover - a generator, so contextmanager accepts it
 
 
@@ -119,7 +121,7 @@ def test_a_freeze_that_cannot_take_says_so_and_leaves_nothing_stopped(way):
     """A thread inside mmap(MAP_POPULATE) of 2 GiB takes its SIGSTOP only when the call returns (~0.66 s here):
     a freeze that comes with more than its wait (0.2 s) of the call left gives up, raises, and lets every
     process go on (none is left stopped); one that comes near the call's end takes."""
-    cgroup, why = resources.for_child(64, 3072) if way == "cgroup" else (None, "")
+    cgroup, why = cgroups.for_child(64, 3072) if way == "cgroup" else (None, "")
     if way == "cgroup" and cgroup is None:
         pytest.skip(why)
 
@@ -130,7 +132,7 @@ def test_a_freeze_that_cannot_take_says_so_and_leaves_nothing_stopped(way):
     proc = subprocess.Popen([sys.executable, "-c", POPULATE], preexec_fn=join, start_new_session=True)
     raised = 0
     try:
-        freeze = cgroup.freeze if cgroup else lambda frozen: resources.freeze_group(proc.pid, frozen)
+        freeze = cgroup.freeze if cgroup else lambda frozen: cgroups.freeze_group(proc.pid, frozen)
         time.sleep(0.5)
         for _ in range(20):
             if raised == 2:
@@ -138,7 +140,7 @@ def test_a_freeze_that_cannot_take_says_so_and_leaves_nothing_stopped(way):
             try:
                 freeze(True)
                 freeze(False)
-            except resources.FreezeIncomplete as exc:
+            except cgroups.FreezeIncomplete as exc:
                 assert "still running" in str(exc) or "had not taken" in str(exc)
                 raised += 1
             time.sleep(0.05)

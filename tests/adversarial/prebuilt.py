@@ -51,11 +51,11 @@ def load_shared(folder: str, **load_inline_args):
 def prebuild(build_root: Path, module: str) -> None:
     """Build `module`'s shared kernel the way a child loads it (a child's environment, kforge's precompiled-header
     flag added by the same wrapper), so the children find the build up to date."""
-    from evaluator.sandbox import scrubbed_env
+    from evaluator.sandbox.spawn import scrubbed_env
 
     scratch = build_root / ".prebuild"
     scratch.mkdir(parents=True, exist_ok=True)
     (build_root / "pch").mkdir(exist_ok=True)
-    code = f"from evaluator.precompiled import Headers; Headers({str(build_root)!r}).install(); import {module}"
+    code = f"from evaluator.child.precompiled import Headers; Headers({str(build_root)!r}).install(); import {module}"
     subprocess.run([sys.executable, "-c", code], cwd=scratch, env=scrubbed_env(scratch, scratch, "prebuild"),
                    check=True, timeout=900)

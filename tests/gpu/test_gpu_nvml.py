@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from evaluator import gpumemory
+from evaluator.sandbox import gpumemory
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

@@ -1,5 +1,5 @@
 """Writes a forged `pace` message into the result pipe on its first call, asking the parent to time the
-reference for a million reps (interleaved timing, evaluator/pacing.py): a stall of kforge, or pairs out of step."""
+reference for a million reps (interleaved timing, evaluator/verdict/pacing.py): a stall of kforge, or pairs out of step."""
 import json
 import os
 import sys

@@ -1,0 +1,308 @@
+"""The one place that times things (cf. Triton's do_bench): events + L2 flush on CUDA, perf_counter on CPU."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from evaluator.statistics import samples_tight
+
+_T = torch._C.TensorBase  # the harness's own tensor reads: methods a subclass or a patch cannot replace
+
+_L2_FLUSH_BYTES = 256 * 2**20  # larger than any current GPU's L2 (H100: 50 MB, H200: 60 MB)
+ROUND, _MIN_FOR_INTERVAL = 10, 20  # reps between looks at the median's interval; reps before the first look
+_PAIRS = 10  # paced: rounds are made small enough that the reps budget holds at least this many
+# A paced round on CUDA is at most 5 reps: events time each call to the microsecond and a quiet GPU's paired
+# ratios agree to 0.1 %, so 6 pairs of 5 settle what 10 of 10 did; the whole of level 1 warm spent 1.4 s of each
+# candidate's 4.2 s on the H100 in those rounds. On CPU the scheduler's noise keeps rounds of 10.
+_CUDA_ROUND = 5
+# CPU children's malloc backs its heap with 2 MB pages (transparent huge pages, madvised; a no-op where THP is
+# off). Which 4 KB physical pages a process got decided where its tensors fell in the caches, and so its speed:
+# the same work timed 0.79-1.18x between fresh process pairs with 4 KB pages, 0.93-1.11x with 2 MB pages.
+CPU_CHILD_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+
+
+def cpu_cores(threads: int, allowed: set[int]) -> tuple[set[int], set[int]]:
+    """(timing cores, the others) on CPU: the last `threads` of the cores kforge may use time every reference and
+    candidate; kforge's other children (compiles, of every submitter) run on the rest. The same work timed on
+    two cores of this VM by two fresh processes measured 0.73-1.38x; on one core, 0.92-1.07x. Where no core is
+    left over, the others share them."""
+    ordered = sorted(allowed)
+    timed = set(ordered[-threads:])
+    return timed, (set(ordered) - timed) or timed
+
+
+_ESTIMATE_MS = 100.0  # measured calls of the estimate stop once they add up to this, at least 2 of them
+
+
+def _estimate_ms(fn: Callable, sync: Callable, untimed: Callable[[], None]) -> float:
+    """What one rep costs, its fill of fresh inputs included: the median of 5 after one more, or of fewer (at
+    least 2) once they add up to _ESTIMATE_MS. The warmup and rep budgets are spent on both (a fill can cost more
+    than a fast kernel). The first fill pays one-off costs, and on this VM one call in a few stalls for tens of
+    ms: in a mean of 3 they left a 1 s budget 11 reps, in rounds of one. With the default budgets a call of 100 ms
+    and more gets one warmup call and min_reps reps whatever it is estimated at: 6 calls of the 137 ms conv1d
+    repair were 0.8 s of its timing stage on the H100. Each call gets fresh inputs like the timed ones, so a cache
+    cannot shorten the estimate."""
+    untimed()
+    fn()
+    sync()
+    costs: list[float] = []
+    while len(costs) < 5 and (len(costs) < 2 or sum(costs) < _ESTIMATE_MS):
+        start = time.perf_counter()
+        untimed()
+        fn()
+        sync()
+        costs.append((time.perf_counter() - start) * 1e3)
+    return max(statistics.median(costs), 1e-4)
+
+
+def _cuda_round(fn: Callable, first: int, n: int, flush: torch.Tensor, least: int, on_rep: Callable,
+                fresh: Callable[[int], None]) -> list[float]:
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for k, (start, end) in enumerate(zip(starts, ends)):
+        fresh(first + k)  # stream-ordered before the flush: the new inputs do not sit in L2 either
+        flush.zero_()  # evict the previous call's data from L2 so every rep starts cold
+        start.record()
+        out = fn()
+        seen = glimpse(out, "cuda")  # inside the window: what the outputs held when the timer stopped
+        end.record()
+        on_rep(first + k, least, k == n - 1, out, seen)  # after the end event: sees only work ordered before the timer stopped
+        del out
+    torch.cuda.synchronize()  # also waits for work the candidate put on other streams
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+_PAGE = 4096
+
+
+def _span(t: torch.Tensor) -> int:
+    """Bytes from a tensor's first element to the end of its last (its strides' reach)."""
+    size, stride = _T.size(t), _T.stride(t)
+    if 0 in size:
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(size, stride))) * _T.element_size(t)
+
+
+def touch(out) -> None:
+    """Read one byte of every page a call's CPU outputs occupy, inside its timed window. Output memory that
+    fills itself when first read (pages kept unreadable, computed by a fault handler after the timer stopped,
+    when the harness reads them) is then computed on the clock. The read is plain C (a strided memoryview copied
+    into bytes), out of the dispatcher's reach; both sides pay it, a few loads per page."""
+    for t in out if isinstance(out, (tuple, list)) else [out]:
+        if type(t) is torch.Tensor and _T.device.__get__(t).type == "cpu" and (span := _span(t)):
+            bytes(memoryview((ctypes.c_char * span).from_address(_T.data_ptr(t))).cast("B")[::_PAGE])
+
+
+_GLIMPSED = 1024  # elements read per output by glimpse: a share f of the work left undone is missed with (1-f)**1024
+
+
+@functools.lru_cache(maxsize=64)
+def lattice_steps(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Per-dimension steps that cut about _GLIMPSED elements out of a tensor of `shape`, spread over every
+    dimension (the longest is halved first)."""
+    counts = [1] * len(shape)
+    while counts and math.prod(counts) < _GLIMPSED:
+        d = max(range(len(shape)), key=lambda i: shape[i] / counts[i])
+        if counts[d] >= shape[d]:
+            break
+        counts[d] = min(shape[d], counts[d] * 2)
+    return tuple(max(1, n // c) for n, c in zip(shape, counts))
+
+
+@dataclass
+class Glimpse:
+    """Elements of one output read inside its timed window: those at start + k * step along each dimension
+    (the starts drawn after the call returned), and their values, still on the device."""
+
+    start: tuple[int, ...]
+    step: tuple[int, ...]
+    values: torch.Tensor
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> "Glimpse":
+        """The lattice of a non-empty plain tensor at starts drawn now (from the kernel's random source: no
+        state in the process to read ahead), copied (stream-ordered on CUDA). Its caller holds modes off."""
+        step = lattice_steps(tuple(_T.size(t)))
+        drawn, start = int.from_bytes(os.urandom(8 * len(step))), []
+        for s in step:
+            drawn, a = divmod(drawn, s)
+            start.append(a)
+        return cls(tuple(start), step, _T.clone(lattice_of(t, start, step)))
+
+    def describe(self) -> dict:
+        """For the comparer: where the elements were, and their bytes (a host copy, made after timing)."""
+        raw = _T.view(_T.reshape(_T.cpu(self.values), (-1,)), torch.uint8)
+        return {"start": list(self.start), "step": list(self.step), "bytes": bytes(_T.tolist(raw)).hex()}
+
+
+def lattice_of(t: torch.Tensor, start: tuple[int, ...] | list[int], step: tuple[int, ...] | list[int]) -> torch.Tensor:
+    """The elements of `t` a glimpse reads: t[a::b, ...] along each dimension, as one strided view (no copy;
+    a fifth of the cost of indexing)."""
+    stride = _T.stride(t)
+    return _T.as_strided(t, [-((a - n) // b) for a, b, n in zip(start, step, _T.size(t))],
+                         [s * b for s, b in zip(stride, step)],
+                         _T.storage_offset(t) + sum(a * s for a, s in zip(start, stride)))
+
+
+def glimpse(out, device: str) -> list[Glimpse | None]:
+    """About _GLIMPSED elements of every plain, non-empty output on `device`, copied inside the timed window on
+    both sides: one small gather each (stream-ordered after the call on CUDA), at places drawn only now. The
+    comparer holds the call's snapshot to them, so work done after the timer stopped and before the snapshot
+    (kernels a thread, a hook or a garbage-collector callback queues past the end event; on CPU a fill too cheap
+    for the wall-clock check to see) cannot pass: its outputs were not there yet when the glimpse read them. A
+    full copy inside the window would do the same, but moved the repairs' speedups on an H100 by up to 25 % (a
+    2 GB output copied beside a 5 ms reference); the glimpse costs both sides a few microseconds per output."""
+    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():  # guard.trusted, at a third of its cost
+        return [Glimpse.of(t) if type(t) is torch.Tensor and _T.device.__get__(t).type == device and _T.numel(t)
+                else None for t in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+def _cpu_round(fn: Callable, first: int, n: int, least: int, on_rep: Callable, fresh: Callable[[int], None]) -> list[float]:
+    samples = []
+    for k in range(n):
+        fresh(first + k)
+        start = time.perf_counter()
+        out = fn()
+        touch(out)
+        seen = glimpse(out, "cpu")
+        samples.append((time.perf_counter() - start) * 1e3)
+        on_rep(first + k, least, k == n - 1, out, seen)
+        del out
+    return samples
+
+
+def _ignore(*_args) -> None:
+    return None
+
+
+def _largest_cpu_cache() -> int:
+    """Bytes of this CPU's largest cache (sysfs: "32768K"), 32 MiB where none is listed."""
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip().upper()
+        unit = {"K": 2**10, "M": 2**20}.get(text[-1:], 1)
+        digits = text.rstrip("KM")
+        if digits.isdigit():
+            sizes.append(int(digits) * unit)
+    return max(sizes, default=32 * 2**20)
+
+
+CPU_FLUSH_BYTES = 2 * _largest_cpu_cache()
+
+
+def cpu_flush_buffer() -> torch.Tensor:
+    """What is written before every timed call on CPU (twice the largest cache), so that every call starts from
+    the same cold caches whatever ran before it. Without it, two processes taking turns on one core with the
+    same code timed 0.92-1.16x each other, each pair steady; with it, 0.97-1.02x (stop 27): a CPU call's time
+    depended on which of the pair's data the caches still held."""
+    return torch.zeros(CPU_FLUSH_BYTES // 4)
+
+
+def flush_buffer(device: str, flush_l2: bool = True) -> torch.Tensor | None:
+    """What is zeroed before every timed call on CUDA to evict L2 (None on CPU)."""
+    return torch.empty(_L2_FLUSH_BYTES if flush_l2 else 0, dtype=torch.int8, device="cuda") if device == "cuda" else None
+
+
+def _round(fn: Callable, device: str, first: int, n: int, flush: torch.Tensor | None, least: int, on_rep: Callable,
+           fresh: Callable[[int], None]) -> list[float]:
+    if device == "cuda":
+        return _cuda_round(fn, first, n, flush, least, on_rep, fresh)
+    return _cpu_round(fn, first, n, least, on_rep, fresh)
+
+
+def block(fn: Callable, device: str, first: int, n: int, flush: torch.Tensor | None,
+          fresh: Callable[[int], None] = _ignore, on_rep: Callable = _ignore) -> list[float]:
+    """n timed calls as bench's rounds take them (fresh inputs of reps first.., `flush` zeroed on CUDA, on_rep
+    after each): the other side of a paired round, timed right beside the candidate's (see paired_ratio)."""
+    return _round(fn, device, first, n, flush, n, on_rep, fresh)
+
+
+@dataclass
+class Pace:
+    """What bench tells its `pace` hook before each round (reps > 0) and after the last (reps == 0): where the
+    round starts, its size, the samples of the round before, and the reps sure to run (`least`). The hook
+    answers whether to go on; bench stops only at or past `least`."""
+
+    first: int
+    reps: int
+    last_round: list[float]
+    least: int
+
+
+def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int,
+          flush_l2: bool = True, mark: Callable[[int], None] = _ignore, on_rep: Callable = _ignore,
+          rel_ci: float | None = None, fresh: Callable[[int], None] = _ignore,
+          pace: Callable[[Pace], bool] | None = None) -> list[float]:
+    """Per-call times in ms: warm up for warmup_ms, then repeat for about rep_ms (within [min_reps, max_reps]).
+    With rel_ci, stop earlier, at the end of a round of ROUND reps, once at least _MIN_FOR_INTERVAL (and
+    min_reps) were taken and the median's 95 % interval is within +-rel_ci of it: a steady kernel is timed in
+    tens of reps instead of a second. With `pace`, rounds are made small enough for _PAIRS of them and the hook
+    decides when to stop instead (the parent times the reference beside each round and watches the ratio).
+
+    fresh(i) runs before every call, outside the timed region (on CUDA before the L2 flush): i >= 0 is timed
+    rep i, a negative i an untimed call (estimate, warmup); the caller writes new input values there.
+    mark(untimed_calls) runs just before the timed reps (the parent clocks the loop from it); on_rep(i, least,
+    checkpoint, output, seen) runs after each rep's timer stopped, outside the timed region: `least` reps will
+    run whatever the interval says, `checkpoint` marks a rep that may be the last (the child snapshots outputs
+    there), and `seen` is what glimpse read of the outputs inside the window.
+    """
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    untimed_calls = 0
+
+    def untimed() -> None:
+        nonlocal untimed_calls
+        untimed_calls += 1
+        fresh(-untimed_calls)
+
+    estimate = _estimate_ms(fn, sync, untimed)
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        untimed()
+        fn()
+    sync()
+    most = min(max_reps, max(min_reps, int(rep_ms / estimate)))
+    if pace is not None:  # small rounds, at least _PAIRS of them; the hook decides after `least`
+        size = max(1, min(_CUDA_ROUND if device == "cuda" else ROUND, most // _PAIRS))
+        least = min(most, max(min_reps, _MIN_FOR_INTERVAL))
+    elif rel_ci is not None:  # rounds of ROUND until the interval is tight
+        size, least = ROUND, min(most, max(min_reps, _MIN_FOR_INTERVAL))
+    else:  # the whole budget in one go
+        size, least = most, most
+    flush = flush_buffer(device, flush_l2)
+    mark(untimed_calls)
+    samples: list[float] = []
+    last: list[float] = []
+    while len(samples) < most:
+        n, first = min(size, most - len(samples)), len(samples)
+        if pace is not None:
+            go, last = pace(Pace(first, n, last, least)), []
+            if not go and first >= least:
+                break
+        last = _round(fn, device, first, n, flush, least, on_rep, fresh)
+        samples += last
+        if pace is None and rel_ci is not None and len(samples) >= least and samples_tight(samples, rel_ci):
+            break
+    if pace is not None and last:  # the last round, not yet told: its pair may still be owed
+        pace(Pace(len(samples), 0, last, least))
+    return samples
+
+
+def method_name(device: str) -> str:
+    return "cuda_events+l2_flush" if device == "cuda" else "perf_counter"
+
+
+def flush_policy(device: str) -> str:
+    if device == "cuda":
+        return f"{_L2_FLUSH_BYTES // 2**20} MiB zeroed before every timed call"
+    return f"{CPU_FLUSH_BYTES // 2**20} MiB written before every timed call (twice the largest CPU cache)"
+
+

@@ -1,0 +1,269 @@
+"""One batch's shared state: its secret seeds, scratch space, devices, and the jail every child of it runs in."""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import os
+import platform
+import secrets
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import torch
+
+from evaluator.child import lean_headers, precompiled
+from evaluator.parent import buildcache
+from evaluator.sandbox import cgroups, gpumemory
+from evaluator.contracts import EvalSettings, EvaluatorError
+from evaluator.hardware import visible_gpus
+from evaluator.parent.jail_spec import jail_spec, require_layers
+from evaluator.protocol import WARM_GPU, CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
+from evaluator.sandbox.results import ChildResult
+from evaluator.sandbox.budgets import COMPILER_IDLE_S
+from evaluator.sandbox.spawn import Child, run_tool
+from evaluator.child.timing import CPU_CHILD_ENV, cpu_cores
+from reference_problems import Problem
+
+DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
+T = TypeVar("T")
+_REQUESTS = {"compile": CompileRequest, "candidate": CandidateRequest, "reference": ReferenceRequest}
+
+
+class Batch:
+    """Secrets and scratch space shared by one evaluate() call. `per_device`: the children that run at once on
+    each device beside the compiles, among which the machine's memory is shared (Batch.compile_slots)."""
+
+    def __init__(self, settings: EvalSettings, per_device: int = 1):
+        self.gpus = (settings.gpus or visible_gpus()) if settings.device == "cuda" else [None]
+        if not self.gpus:
+            raise EvaluatorError("no CUDA device is visible (check CUDA_VISIBLE_DEVICES or --gpus)")
+        planned = compile_plan(settings)
+        self.compile_slots, self.compile_why = planned.slots, planned.why
+        self.settings = _sized(settings, self.compile_slots + per_device * len(self.gpus))
+        self.root = Path(tempfile.mkdtemp(prefix="kforge-eval-"))  # honours TMPDIR (e.g. /dev/shm for big outputs)
+        self.root.chmod(0o711)  # children running as another uid reach their own folders in it, and list none
+        self.init_seed = secrets.randbits(31)
+        self.trial_seeds = [(f"trial_{i}", secrets.randbits(31)) for i in range(settings.trials)]
+        self.timing_seed, self.verify_seed = secrets.randbits(31), secrets.randbits(31)
+        self.build_root = settings.build_root or DEFAULT_BUILD_ROOT
+        # (timing cores, the others) where the device is the CPU; a GPU's children run where the scheduler puts them
+        self.cores = cpu_cores(settings.cpu_threads, os.sched_getaffinity(0)) if settings.device == "cpu" else (None, None)
+        self._check_sandbox()
+        # children make their CUDA context on their problem's GPU before they hold it (child._warm_cuda), which a
+        # running candidate's leak check would count unless it reads that candidate's own processes
+        self._warms = settings.device == "cuda" and not gpumemory.unavailable()
+        self.stop = threading.Event()  # set when the batch ends early: running children are stopped
+        self._free = set(self.gpus)
+        self._freed = threading.Condition()
+        self._locks: dict[str | None, int] = {}
+
+    def _check_sandbox(self) -> None:
+        """Probe the jail once: in strict mode a missing layer stops the batch before any child runs."""
+        try:
+            require_layers(self.root, self.settings.sandbox)
+        except EvaluatorError:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
+
+    def jail(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
+             publish: bool = False) -> dict:
+        """The file rules of one child: its scratch writable; its problem and candidate files readable. A child
+        of a candidate sees the build cache through its view (buildcache.py): it writes only its own build dir
+        there, which the parent publishes from a compile child (`publish`), and reads the precompiled headers.
+        A reference child, the comparer, builds nothing; it reads the batch's scratch (on CPU the candidates'
+        outputs arrive there as files) and, on CUDA, stays in kforge's PID namespace: legacy CUDA IPC handles are
+        reported not to open between sibling PID namespaces, while one from a namespaced producer opened in a
+        process outside them on the H100 host (issue 17)."""
+        if candidate is None:
+            return jail_spec([workdir, build_dir], [problem.path, self.root], namespaces=self.settings.device != "cuda")
+        view = buildcache.view(self.build_root, build_dir, workdir, keep=publish)
+        return jail_spec([workdir], [problem.path, candidate.resolve(), self.build_root / "pch"], view=view)
+
+    def tool(self, scratch: Path) -> buildcache.Tool:
+        """Runs a compiler in the jail, writing only `scratch` and reading the precompiled headers' folder (the
+        header it compiles is linked there); stopped with the batch; on CPU off the timing cores, as compiles are."""
+        scratch.mkdir(parents=True, exist_ok=True)
+        (self.build_root / "pch").mkdir(parents=True, exist_ok=True)  # made now, so the jail sees whether it can reach it
+        spec = jail_spec([scratch], [self.build_root / "pch"])
+        limits = self.settings.limits.model_copy(update={"timeout_s": precompiled.BUILD_TIMEOUT_S})
+        return lambda cmd, log: run_tool(cmd, scratch, spec, limits, log, self.stop, self.cores[1])
+
+    def reference_seeds(self) -> list[tuple[str, int]]:
+        """The reference computes every output a candidate is checked against: its trials, timed and verify calls."""
+        return self.trial_seeds + [("timing", self.timing_seed), ("verify", self.verify_seed)]
+
+    def _secrets(self, role: str) -> dict:
+        """Seeds for the roles that run the model; the compile child, which only imports candidate code (and
+        could stash what it sees for the candidate child), gets none. The candidate runs its trials shuffled."""
+        if role == "compile":
+            return {}
+        seeds = self.reference_seeds() if role == "reference" \
+            else secrets.SystemRandom().sample(self.trial_seeds, len(self.trial_seeds))
+        return {"seeds": seeds, "timing_seed": self.timing_seed, "verify_seed": self.verify_seed}
+
+    def pairs(self, role: str = "candidate") -> int:
+        """The fresh process pairs (reference, candidate) a correct candidate is timed in: on CPU with paired
+        rounds, settings.cpu_pairs, each timing a share of rep_ms; else 1. Where the kernel puts a process's data
+        and page tables moves its speed for its whole life, and a pair's ratio carries that draw: an identical
+        candidate timed 0.85-1.14x in single fresh pairs (stop 28; two bare processes with the address layout
+        fixed, still 0.90-1.10x). Pooled over 3 pairs: 0.91-1.08x in 20 evaluations (stop 29, docs/cpu-evidence)."""
+        s = self.settings
+        return s.cpu_pairs if role == "candidate" and s.device == "cpu" and s.timing and s.paired else 1
+
+    def request(self, role: str, problem: Problem, out_dir: Path, candidate: Path | None = None, **extra) -> Request:
+        """The request of a compile, candidate or reference child, as the protocol types it."""
+        s = self.settings
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if candidate is not None:
+            extra["candidate_path"] = str(candidate.resolve())
+        timing = TimingRequest(enabled=s.timing, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms / self.pairs(role),
+                               min_reps=s.min_reps, max_reps=s.max_reps, rel_ci=s.rel_ci, paired=s.paired)
+        return _REQUESTS[role](
+            problem_path=str(problem.path), device=s.device, overrides=problem.overrides(s.size),
+            init_seed=self.init_seed, atol=problem.meta.atol, rtol=problem.meta.rtol, out_dir=str(out_dir),
+            leak_calls=s.leak_calls, compile_baseline=s.compile_baseline, cpu_threads=s.cpu_threads, timing=timing,
+            **self._secrets(role), **extra,
+        )
+
+    def spawn(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
+              on_message: Callable[[dict], dict | None] | None = None, publish: bool = False,
+              gpu: str | None = None) -> Child:
+        """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request. On
+        CPU a compile child (`publish`) runs off the timing cores, any other on them (it is spawned once the CPU
+        is held, and its reference is timed beside it there). A child timed on CPU is its own interpreter, not
+        forked: children forked from one server share its address-space layout, and an identical candidate then
+        timed 0.76-1.02x its reference, every time below 1 (cpu_pairing.py, stop 26); exec'd, 0.94-1.21x around
+        1, each process placed at random. A child that will run on `gpu` (its problem's) makes its CUDA context
+        there while it waits (child._warm_cuda), where the leak check reads each candidate's own device memory."""
+        cpu = self.settings.device == "cpu"
+        timed_on_cpu = cpu and not publish
+        warm = {WARM_GPU: gpu} if self._warms and gpu is not None and not publish else None
+        return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
+                     jail=self.jail(workdir, build_dir, problem, candidate, publish),
+                     env=CPU_CHILD_ENV if timed_on_cpu else warm,
+                     cores=self.cores[1 if publish else 0], fork=not timed_on_cpu,
+                     idle_s=COMPILER_IDLE_S if publish else None)
+
+    def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
+            gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:
+        """A child from start to end: spawned, its request sent once the gate (if any) opens, waited for."""
+        child = self.spawn(workdir, build_dir, problem, candidate, publish=role == "compile")
+        try:
+            child.begin(self.request(role, problem, workdir / "out", candidate, **extra), gate=gate)
+        except BaseException:
+            child.finish(wait=False)
+            raise
+        return child.finish()
+
+    def take_device(self, want: str | None = None) -> str | None:
+        """A free device of the batch, or device `want` (waits for it); gives up when the batch is stopped. A device
+        is also locked against every other kforge process on this machine (an flock, released by the kernel if
+        this process dies): two submitters never time or leak-check on one GPU (or the CPU) at the same time."""
+        with self._freed:
+            while not self.stop.is_set():
+                free = [want] if want in self._free else [] if want is not None else sorted(self._free, key=str)
+                for device in free:
+                    lock = _machine_lock(device)
+                    if lock is not None:
+                        self._free.discard(device)
+                        self._locks[device] = lock
+                        return device
+                self._freed.wait(timeout=0.25)
+        raise EvaluatorError("the batch was stopped")
+
+    def give_back(self, device: str | None) -> None:
+        with self._freed:
+            lock = self._locks.pop(device, None)
+            if lock is not None:
+                os.close(lock)  # closing the descriptor drops the flock
+            self._free.add(device)
+            self._freed.notify_all()
+
+
+class Hold:
+    """One device of the batch for one candidate: taken when a child of it calls the hold (its gate, `want`: the
+    GPU where the candidate's comparer lives) and kept until the candidate ends, or until `release` while nothing
+    of it runs on the device. On CUDA a child loads (interpreter and torch, seconds) before it asks; on CPU the
+    device is held from the start, so that no load slows another child's timed run."""
+
+    def __init__(self, batch: Batch):
+        self.batch, self.device, self.held = batch, None, False
+        if batch.settings.device == "cpu":
+            self(None)
+
+    def __call__(self, want: str | None = None) -> str | None:
+        if not self.held:
+            self.device, self.held = self.batch.take_device(want), True
+        return self.device
+
+    def release(self) -> None:
+        """Give the device back (CUDA only) while this candidate's next child still loads: the reference it ran
+        is ready, and another loaded child may use the device meanwhile."""
+        if self.held and self.batch.settings.device != "cpu":
+            self.batch.give_back(self.device)
+            self.held = False
+
+
+def on_free_device(batch: Batch, run: Callable[[Hold], T]) -> tuple[T, str | None]:
+    """run(hold), then the device given back if held; also which device it last ran on (None if none)."""
+    hold = Hold(batch)
+    try:
+        return run(hold), hold.device
+    finally:
+        if hold.held:
+            batch.give_back(hold.device)
+
+
+def _sized(settings: EvalSettings, children: int) -> EvalSettings:
+    """The settings with each child's memory and task limits sized to this machine for `children` at once."""
+    memory_mb, processes = cgroups.child_share(settings.limits.memory_mb, settings.limits.processes, children)
+    return settings.model_copy(update={"limits": settings.limits.model_copy(update={"memory_mb": memory_mb,
+                                                                                     "processes": processes})})
+
+
+LOCK_DIR = Path("/tmp/kforge-device-locks")  # one place for every kforge process of the machine, whatever its TMPDIR
+
+
+@functools.cache
+def _device_identity(device: str | None) -> str:
+    """The physical device: a GPU's UUID (ids depend on each process's CUDA_VISIBLE_DEVICES), or the CPU."""
+    if device is None:
+        return "cpu"
+    try:
+        uuid = torch.cuda.get_device_properties(visible_gpus().index(device)).uuid
+        return f"cuda-{uuid}"
+    except (ValueError, RuntimeError, AttributeError, AssertionError):
+        return f"cuda-{device}"
+
+
+def _machine_lock(device: str | None) -> int | None:
+    """An exclusive flock on the device's lock file, or None if another process holds it."""
+    LOCK_DIR.mkdir(mode=0o1777, exist_ok=True)
+    fd = os.open(LOCK_DIR / _device_identity(device), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def compile_plan(settings: EvalSettings) -> cgroups.CompilePlan:
+    """How many compiles a batch with these settings runs at once, and why. On CPU the cores that time reference
+    and candidate are left out (where any others are left)."""
+    allowed = os.sched_getaffinity(0)
+    timed, others = cpu_cores(settings.cpu_threads, allowed) if settings.device == "cpu" else (set(), allowed)
+    return cgroups.compile_plan(settings.jobs, len(others if others != timed else allowed))
+
+
+def build_key(source: str, device: str) -> str:
+    """Builds are reusable exactly when source, toolchain, target and the way kforge builds are the same."""
+    arch = torch.cuda.get_arch_list() if device == "cuda" else [platform.machine()]
+    material = "\0".join([source, torch.__version__, str(torch.version.cuda), device, ",".join(arch), platform.python_version(),
+                          lean_headers.VERSION])
+    return hashlib.sha256(material.encode()).hexdigest()[:24]

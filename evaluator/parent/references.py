@@ -1,0 +1,288 @@
+"""The parent's side of each problem's reference: one trusted child per open problem runs the problem's Model on
+every seed of the batch, times it, and then stays as the comparer of that problem's candidate outputs
+(evaluator.child.comparer), holding the expected outputs on the device. A problem opens when its first compiled
+candidate is about to run and closes when its last candidate is judged; how many are open at once is bounded by
+the memory their outputs take (OpenProblems), so memory does not grow with the batch.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+from pydantic import BaseModel
+
+from evaluator.parent.batch import Batch
+from evaluator.hardware import device_memory
+from evaluator.verdict.rules import Reference, ended_badly, timings
+from evaluator.protocol import Close, Compare, TimeBlock
+from evaluator.sandbox.spawn import Child
+from reference_problems import Problem
+
+
+_RESIDENT_SHARE = 0.15  # of device memory: expected outputs one problem keeps resident (the rest are recomputed)
+_OPEN_SHARE = 0.35  # of device memory: every open problem's comparer together
+_OPEN_PER_DEVICE = 4  # processes too: each CUDA process costs ~1 GB of host memory, whatever it holds
+_SPARES_PER_DEVICE = 2  # reference children started ahead of their problem's turn: no device memory until asked
+
+
+class ReferenceFailed(Exception):
+    """The problem's reference could not run: its candidates get `reference_error` with this cause."""
+
+
+def _cause(server: "ReferenceServer") -> str:
+    """Why the reference child ended before it was ready, in words; never empty."""
+    result = server.child.result
+    timeout = server.batch.settings.limits.timeout_s
+    outcome = ended_badly(result, timeout, 0)
+    cause = outcome.evidence.cause if outcome else "it ended before reporting its outputs"
+    if result.returncode == -signal.SIGKILL and not (result.timed_out or result.memory_exceeded or result.cancelled):
+        cause += " (SIGKILL from outside kforge: most likely the kernel's OOM killer)"
+    if result.memory_exceeded:
+        cause += f" ({server.batch.settings.limits.memory_mb:,} MB host limit)"
+    tail = result.log_tail(600).strip().splitlines()
+    return f"reference of '{server.problem.name}' failed: {cause}" + (f"; log: {tail[-1][:200]}" if tail else "")
+
+
+def _workdir(batch: Batch, problem: Problem, gpu: str | None, pair: int = 0) -> Path:
+    return batch.root / "ref" / f"{problem.sha256[:16]}-{gpu}-{pair}"
+
+
+def _spawn(batch: Batch, problem: Problem, gpu: str | None, pair: int = 0) -> Child:
+    workdir = _workdir(batch, problem, gpu, pair)
+    return batch.spawn(workdir, workdir / "build", problem, gpu=gpu)
+
+
+class ReferenceServer:
+    """One problem's reference child. `prestart` spawns it early on CUDA (its interpreter and torch load while
+    the device is busy); `ready` runs it on the problem's GPU (`gpu`, where OpenProblems placed it; None: the
+    one the gate gives), and returns its Reference or raises ReferenceFailed. `pair`: which of a CPU candidate's
+    fresh process pairs it times beside (Batch.pairs); 0 is also the problem's comparer for everything else."""
+
+    def __init__(self, batch: Batch, problem: Problem, audit: bool = False, child: Child | None = None,
+                 gpu: str | None = None, pair: int = 0):
+        self.batch, self.problem, self.audit = batch, problem, audit
+        self.workdir = _workdir(batch, problem, gpu, pair)
+        self.child = child  # a spare started before the problem opened (OpenProblems.spare)
+        self.gpu, self.pair = gpu, pair
+        self.reference: Reference | None = None
+        self.failure = ""
+        self._lock = threading.Lock()
+
+    def prestart(self) -> None:
+        """Spawn the child now: its interpreter and torch load while the device is busy (CUDA only: on CPU a
+        start would slow the run being timed)."""
+        with self._lock:
+            if self.child is None:
+                self.child = _spawn(self.batch, self.problem, self.gpu, self.pair)
+
+    def ready(self, take: Callable[[str | None], str | None]) -> Reference:
+        self.prestart()
+        with self._lock:
+            if self.reference is None and not self.failure:
+                self._run(take)
+            if self.failure:
+                raise ReferenceFailed(self.failure)
+            return self.reference
+
+    def _run(self, take: Callable[[str | None], str | None]) -> None:
+        batch = self.batch
+        budget = int(_RESIDENT_SHARE * device_memory(batch.settings.device))
+        request = batch.request("reference", self.problem, self.workdir / "out", resident_bytes=budget, audit=self.audit)
+        self.child.begin(request, gate=lambda: self._pin(take(self.gpu)))
+        ready = self.child.wait_for("ready")
+        if ready is None:
+            self.close()
+            self.failure = _cause(self)
+            return
+        result = self.child.result
+        report = result.last("trials")["trials"]
+        times = timings(result, batch.settings.device)
+        self.reference = Reference(meta={label: entry["outputs"] for label, entry in report.items()}, trials=report,
+                                   timing=times.get("model"), compiled=times.get("compiled"),
+                                   footprint=int(ready.get("footprint", 0)), audit=ready.get("audit") or [],
+                                   run_s=ready["_t"] - result.started,
+                                   stage_s=result.stage_seconds(until=ready["_t"]))
+
+    def _pin(self, gpu: str | None) -> str | None:
+        self.gpu = gpu
+        return gpu
+
+    def _ask(self, line: BaseModel, event: str, doing: str) -> dict | str:
+        """The comparer's `event` answer to one line, or why there is none: it is gone, or it died `doing` it."""
+        with self._lock:
+            if self.failure or self.reference is None:
+                return f"kforge's comparer for '{self.problem.name}' is gone: {self.failure}"
+            since = len(self.child.result.messages)
+            self.child.send(line)
+            answer = self.child.wait_for(event, since)
+            if answer is None:
+                self.close()
+                self.failure = f"{_cause(self)} while {doing}"
+                return self.failure
+            return answer
+
+    def compare(self, label: str, expected: str, trial: int, outputs: list[dict], path: Path | None) -> dict:
+        """The comparer's answer on one handed-over call; an error entry if it cannot answer (it died)."""
+        line = Compare(label=label, expected=expected, trial=trial, outputs=outputs, path=str(path) if path else None)
+        answer = self._ask(line, "compared", "comparing a candidate's outputs")
+        return answer if isinstance(answer, dict) else {"error": answer, "comparer_died": True}
+
+    def time_block(self, first: int, reps: int) -> list[float] | str:
+        """The reference timed on timed reps first.. (beside a candidate's round): its samples, or why not."""
+        answer = self._ask(TimeBlock(first=first, reps=reps), "block", "timing the reference beside a candidate")
+        return answer if isinstance(answer, str) else answer.get("error") or answer["samples"]
+
+    def close(self) -> None:
+        if self.child is None:
+            return
+        if self.child.proc.poll() is None:
+            self.child.send(Close())
+        self.child.finish()
+
+
+class OpenProblems:
+    """Which problems have a reference server, on which GPUs, and how many of each problem's candidates are still
+    to be judged. A problem is placed on a GPU when its first child is about to start (a spare reference, a
+    candidate loaded ahead, its admission): the GPU with the fewest candidates still to be judged among the
+    problems placed there. The dispatcher may serve it on more GPUs (`extend`), where they would otherwise idle.
+    On each GPU that serves it the problem has its own reference, timed there, and comparer, holding its expected
+    outputs there; a candidate runs on one of them, so outputs never cross devices, and its children make their
+    CUDA context there before they hold it (child._warm_cuda). A problem opens on a GPU while the comparers open
+    there hold, with what the new one is expected to hold, within _OPEN_SHARE of that device, and fewer than
+    _OPEN_PER_DEVICE are open there; the first on a device always opens. `sizes`: the bytes one call of a problem
+    moves, where known (evaluator.parent.flops)."""
+
+    def __init__(self, batch: Batch, problems: list[Problem], sizes: Callable[[Problem], int | None] | None = None):
+        self.batch, self.sizes = batch, sizes or (lambda problem: None)
+        self.remaining = Counter(p.sha256 for p in problems)
+        self.servers: dict[tuple[str, str | None, int], ReferenceServer] = {}  # (problem, GPU, pair) -> its server
+        self.spares: dict[str, Child] = {}  # for the problem's first GPU
+        self.placed: dict[str, list[str | None]] = {}  # problem -> the GPUs serving it, until its last candidate is judged
+        self._lock = threading.Lock()
+        self._memory = device_memory(batch.settings.device)
+
+    def gpu_of(self, problem: Problem, among: list[str | None] | None = None) -> str | None:
+        """The problem's first GPU (None on CPU), placed now (on one of `among`, default any) if it has none."""
+        with self._lock:
+            return self._place(problem, among)
+
+    def gpus_of(self, problem: Problem) -> list[str | None]:
+        """The GPUs serving the problem (none before it is placed)."""
+        with self._lock:
+            return list(self.placed.get(problem.sha256, []))
+
+    def may_extend(self, problem: Problem, gpu: str | None) -> bool:
+        """May the placed problem be served on `gpu` too: not yet, it fits there, and its reference failed
+        nowhere (it would fail again, after as long)."""
+        with self._lock:
+            failed = any(self.servers[key].failure for key in self._keys_of(problem))
+            if failed or gpu in self.placed.get(problem.sha256, [gpu]):
+                return False
+        return self.admissible(problem, gpu)
+
+    def extend(self, problem: Problem, gpu: str | None) -> None:
+        """Serve the problem on `gpu` too: its candidates admitted there get a reference of their own there."""
+        with self._lock:
+            self._place(problem)
+            if gpu not in self.placed[problem.sha256]:
+                self.placed[problem.sha256].append(gpu)
+
+    def is_open(self, problem: Problem) -> bool:
+        with self._lock:
+            return bool(self._keys_of(problem))
+
+    def _keys_of(self, problem: Problem) -> list[tuple[str, str | None, int]]:
+        """The keys of the problem's servers, one per GPU it is open on and process pair (the caller holds the
+        lock)."""
+        return [key for key in self.servers if key[0] == problem.sha256]
+
+    def _place(self, problem: Problem, among: list[str | None] | None = None) -> str | None:
+        if problem.sha256 not in self.placed:
+            load = Counter({gpu: 0 for gpu in self.batch.gpus})
+            for sha, gpus in self.placed.items():
+                for gpu in gpus:
+                    load[gpu] += self.remaining[sha]
+            self.placed[problem.sha256] = [min(among or self.batch.gpus, key=lambda gpu: load[gpu])]  # ties: the first listed
+        return self.placed[problem.sha256][0]
+
+    def admissible(self, problem: Problem, gpu: str | None) -> bool:
+        """May the problem open on `gpu` (or is it open there already)?"""
+        with self._lock:
+            there = [s for (_, on, _), s in self.servers.items() if on == gpu]
+            if (problem.sha256, gpu, 0) in self.servers or not there:
+                return True
+            held = sum(s.reference.footprint if s.reference else self._expected(s.problem) for s in there)
+            return len(there) < _OPEN_PER_DEVICE and held + self._expected(problem) <= _OPEN_SHARE * self._memory
+
+    def _expected(self, problem: Problem) -> int:
+        """What a problem's comparer will hold before its reference ran: its resident budget, plus one call's
+        inputs, weights and output (the timer's), where known. The budget alone counts 12 GB on an H100 for a
+        comparer of KernelBench's norm problems that holds ~15 GB (7.5 GB in, 7.5 GB out); honest candidates of
+        two of them ran out of GPU memory with ~46 GB held by other processes (stop 25; which problems were
+        open then was not recorded)."""
+        return int(_RESIDENT_SHARE * self._memory) + (self.sizes(problem) or 0)
+
+    def held(self, gpu: str | None = None) -> str:
+        """The problems open on `gpu` and the device memory each comparer holds (or is expected to, before its
+        reference ran), in words: the evidence of a candidate that ran out of GPU memory beside them."""
+        with self._lock:
+            servers = [s for (_, on, _), s in self.servers.items() if on == gpu]
+        held = [f"{s.problem.name} {s.reference.footprint / 1e9:.1f} GB" if s.reference else
+                f"{s.problem.name} {self._expected(s.problem) / 1e9:.1f} GB expected" for s in servers]
+        return "; ".join(held) or "none"
+
+    def server(self, problem: Problem, gpu: str | None, pair: int = 0) -> ReferenceServer:
+        """The problem's server on `gpu` for process pair `pair`, made now if it has none (call only once
+        admissible); its child starts later. The spare, started for the problem's first GPU, serves there."""
+        with self._lock:
+            key = (problem.sha256, gpu, pair)
+            if key not in self.servers:
+                first = gpu == self._place(problem) and pair == 0
+                self.servers[key] = ReferenceServer(self.batch, problem, gpu=gpu, pair=pair,
+                                                    child=self.spares.pop(problem.sha256, None) if first else None)
+            return self.servers[key]
+
+    def spare(self, waiting: list[Problem]) -> None:
+        """Start the reference children of problems waiting to open (CUDA only), in the order given, up to
+        _SPARES_PER_DEVICE: their interpreter, torch and FLOP counter load (~7 s on the H100 host) before the
+        problem's turn, which came only after the problem before it closed where memory let one problem open at
+        a time, or after its first candidate's compile. A spare holds no device memory: it touches CUDA only
+        after its request."""
+        for problem in waiting:  # called by the dispatcher's thread alone
+            with self._lock:
+                if len(self.spares) >= _SPARES_PER_DEVICE * len(self.batch.gpus):
+                    return
+                if problem.sha256 in self.spares or self._keys_of(problem):
+                    continue
+                gpu = self._place(problem)
+            child = _spawn(self.batch, problem, gpu)  # outside the lock: runners judging meanwhile need it
+            with self._lock:
+                self.spares[problem.sha256] = child
+
+    def finished_one(self, problem: Problem) -> None:
+        """One candidate of the problem is judged (or failed before running); the last one closes it, or ends
+        its spare (its candidates all failed to compile): a spare nobody will take holds a slot."""
+        with self._lock:
+            self.remaining[problem.sha256] -= 1
+            done = self.remaining[problem.sha256] <= 0
+            servers = [self.servers.pop(key) for key in self._keys_of(problem)] if done else []
+            spare = self.spares.pop(problem.sha256, None) if done else None
+            if done:
+                self.placed.pop(problem.sha256, None)
+        for server in servers:
+            server.close()
+        if spare:
+            spare.finish(wait=False)
+
+    def close_all(self) -> None:
+        with self._lock:
+            servers, self.servers = list(self.servers.values()), {}
+            spares, self.spares = list(self.spares.values()), {}
+        for server in servers:
+            server.close()
+        for child in spares:
+            child.finish(wait=False)

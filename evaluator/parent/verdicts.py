@@ -1,0 +1,117 @@
+"""A candidate's run on the device, judged: the verdict with the evidence a user reads (timings and speedup,
+stages, memory, notes). The runner schedules the run; this decides what it showed."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from evaluator.parent.batch import Batch
+from evaluator.verdict.checks import Checks
+from evaluator.contracts import CandidateJob, EvalSettings, Status, Verdict
+from evaluator.parent.flops import ProblemCosts
+from evaluator.sandbox.gpumemory import ProcessMemory
+from evaluator.hardware import device_name
+from evaluator.verdict.rules import Outcome, Reference, judge, pooled
+from evaluator.verdict.pacing import Pacer
+from evaluator.protocol import Leaks
+from evaluator.sandbox.results import ChildResult
+from reference_problems import ProblemMeta
+
+
+def verdict(job: CandidateJob, settings: EvalSettings, status: Status, **kw) -> Verdict:
+    """A verdict on `job`, stamped with what it was judged on (device, size, torch and CUDA versions)."""
+    kw.setdefault("device_name", device_name(settings.device))
+    return Verdict(status=status, problem=job.problem.name, solution_sha256=job.sha256, solution_path=str(job.path),
+                   device=settings.device, size=settings.size, torch_version=torch.__version__,
+                   cuda_version=torch.version.cuda, **kw)
+
+
+def _notes(compiled: ChildResult, *results: ChildResult) -> list[str]:
+    notes = []
+    if any((result.last("env") or {}).get("confined") is False for result in results):
+        notes.append("no seccomp filter in this child (not x86-64, or not permitted): the candidate could have signalled kforge")
+    if stragglers := compiled.stragglers + sum(result.stragglers for result in results):
+        notes.append(f"killed {stragglers} process(es) the candidate left running after its child ended")
+    return notes
+
+
+def _speed(outcome: Outcome, ref: Reference) -> dict:
+    """Timings and speedups, reported only for a correct candidate."""
+    timing = outcome.timing
+    if outcome.status is not Status.CORRECT or timing is None:
+        return {}
+    reference = outcome.reference or ref.timing  # timed beside this candidate where the rounds were paired
+    speedup = outcome.speedup or (reference.median_ms / timing.median_ms if reference else None)
+    interval = outcome.evidence.timing and outcome.evidence.timing.speedup_interval
+    if speedup:
+        outcome.evidence.cause += f"; {speedup:.3g}x vs eager" + (f" (95 %: {interval[0]:.3g}-{interval[1]:.3g}x)" if interval else "")
+    return {"candidate": timing, "reference": reference, "compiled_reference": ref.compiled, "speedup": speedup,
+            "speedup_vs_compile": ref.compiled.median_ms / timing.median_ms if ref.compiled else None}
+
+
+@dataclasses.dataclass
+class Ran:
+    """What a candidate's run on the device leaves for its judge."""
+
+    result: ChildResult
+    ref: Reference
+    budget: EvalSettings
+    comparisons: dict[str, dict]
+    pacer: Pacer
+    memory: ProcessMemory  # the device memory of the candidate's processes at its leak check's marks
+    waited_s: float  # for the problem's reference
+    comparer_s: dict[str, float]  # of the candidate's stages: its outputs judged (round trips, the comparer's work in them)
+    beside: list[str]  # the open problems' comparers when the device came: evidence for an out-of-memory
+    more: list[Ran] = dataclasses.field(default_factory=list)  # the same run in further fresh process pairs (CPU)
+    checks: Checks | None = None  # which timed calls kforge asked to compare
+
+    def own_memory(self, settings: EvalSettings) -> ProcessMemory | None:
+        """The device memory of the candidate's own processes: read on a GPU only."""
+        return self.memory if settings.device == "cuda" else None
+
+    def outcome(self, settings: EvalSettings, meta: ProblemMeta, ref: Reference | None = None) -> Outcome:
+        return judge(self.result, ref or self.ref, meta, self.budget, self.comparisons, self.pacer.paired,
+                     self.own_memory(settings), self.checks)
+
+
+def judged(batch: Batch, costs: ProblemCosts | None, job: CandidateJob, compiled: ChildResult, ran: Ran) -> Verdict:
+    """The verdict on what the run left, with the problem's FLOPs (waited for here, on no device)."""
+    settings, result, ref = batch.settings, ran.result, ran.ref
+    judged_at = time.monotonic()
+    if costs:
+        ref = dataclasses.replace(ref, flops=costs.flops(job.problem))
+    outcome = ran.outcome(settings, job.problem.meta, ref)
+    if ran.more:
+        outcome = pooled([outcome, *(more.outcome(settings, job.problem.meta,
+                                                  dataclasses.replace(more.ref, flops=ref.flops)) for more in ran.more)],
+                         [r.pacer.paired for r in (ran, *ran.more)])
+    judge_s = time.monotonic() - judged_at
+    found = verdict(job, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
+    build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
+    found.evidence.compile_s, found.evidence.cache_hit = build.get("seconds"), build.get("cache_hit")
+    found.evidence.build_steps_s = build.get("steps") or {}
+    found.evidence.build_headers = build.get("headers") or []
+    found.evidence.stage_s = {"compile_child": round(compiled.wall_s, 3), "reference_wait": round(ran.waited_s, 3),
+                                "reference_run": round(ref.run_s, 3), **{f"reference_{k}": v for k, v in ref.stage_s.items()},
+                                **result.stage_seconds(), "judge": round(judge_s, 3),
+                                # within the candidate's stages: its outputs judged, the reference timed beside it
+                                "of_which_comparer": round(ran.comparer_s["comparer"], 3),
+                                "of_which_comparer_work": round(ran.comparer_s["comparer_work"], 3),
+                                "of_which_comparer_recompute": round(ran.comparer_s["comparer_recompute"], 3),
+                                "of_which_reference_blocks": round(ran.pacer.paired.paused_s, 3)}
+    found.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
+    found.evidence.notes += _notes(compiled, result, *(more.result for more in ran.more))
+    own = ran.own_memory(settings)
+    if own is not None and isinstance(why := own.growth(), str) and result.read(Leaks) is not None:
+        found.evidence.notes.append(f"leak check counted the memory of the whole device, not the candidate's own: {why}")
+    if settings.device == "cuda" and "out of memory" in found.evidence.cause and ran.beside:
+        found.evidence.notes.append(f"device memory of the open problems' comparers when it started: {ran.beside[0]}")
+    found.evidence.sandbox = (result.last("env") or {}).get("sandbox") or {}
+    more_s = sum(more.result.wall_s for more in ran.more)
+    found.wall_s = compiled.wall_s + result.wall_s + more_s
+    if ran.more:
+        found.evidence.stage_s["more_pairs"] = round(more_s, 3)
+    return found
