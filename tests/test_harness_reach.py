@@ -33,12 +33,12 @@ def verdicts(adversarial_build_root) -> dict[str, Verdict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "text"), [("wrap_get_inputs", "at import: kforge_problem.get_inputs"),
-                                            ("patch_probe_list", "at import: evaluator.protocol.Probe")])
+@pytest.mark.parametrize(("name", "text"), [("wrap_get_inputs", "kforge_problem.get_inputs"),
+                                            ("patch_probe_list", "evaluator.protocol.Probe")])
 def test_a_patched_problem_or_child_module_is_tampering(verdicts, name, text):
     v = verdicts[name]
     assert (v.status, v.evidence.exploit) == (Status.CHEAT, "judge_tampering"), v.evidence
-    assert text in v.evidence.cause, v.evidence.cause
+    assert "at import: " in v.evidence.cause and text in v.evidence.cause, v.evidence.cause
 
 
 @pytest.mark.slow

@@ -356,7 +356,7 @@ def test_cpu_children_reuse_memory_instead_of_faulting_it_in_every_call():
 def _keep(budget: int, asked: set[int], reps: int = 30, least: int = 20) -> tuple[dict, dict]:
     """A keeper over a timed loop of `reps` 4 KiB outputs whose parent asks for `asked`: what it handed over at
     once (label -> the tensors handed over, and the live output of that rep), and what it kept for after timing."""
-    from evaluator.child.main import _Keeper
+    from evaluator.child.candidate import _Keeper
 
     rep, handed, rounds = [0], {}, []
     outputs = [torch.full((1024,), float(i)) for i in range(reps)]

@@ -86,7 +86,7 @@ def quiet_probe() -> None:
             super().__init__(**kw)
 
     protocol.Probe = Quiet
-    for name in ("evaluator.child.main", "__main__"):  # the child's entry point, imported or run as a script
+    for name in ("evaluator.child.candidate", "__main__"):  # the child's entry point, imported or run as a script
         if hasattr(sys.modules.get(name), "Probe"):
             sys.modules[name].Probe = Quiet
 
