@@ -1,7 +1,7 @@
-"""Issue 22's overlap, measured: one turn of N samples whose answers arrive D seconds apart (the scripted server on
-127.0.0.1), each a distinct candidate the real evaluator judges (pure PyTorch: caught as `cheat` without a compile,
-which still costs a child's start), one evaluation at a time. The turn's wall time and when each answer arrived
-and was judged.
+"""How the agent loop overlaps answers and judging, measured: one turn of N samples whose answers arrive D seconds
+apart (the scripted server on 127.0.0.1), each a distinct candidate the real evaluator judges (pure PyTorch: caught
+as `cheat` without a compile, which still costs a child's start), one evaluation at a time. The turn's wall time
+and when each answer arrived and was judged.
 
     python benchmarks/agent_overlap.py [-n N] [--gap D]
 """

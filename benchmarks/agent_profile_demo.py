@@ -1,4 +1,4 @@
-"""The agent loop on a GPU, two turns, with Nsight Compute in the refine prompt (issue 22): writes turn 2's prompt.
+"""The agent loop on a GPU, two turns, with Nsight Compute in the refine prompt: writes turn 2's prompt.
 
 Usage (on the GPU host, ncu on PATH): python benchmarks/agent_profile_demo.py OUT_FILE [PROBLEM]
 

@@ -1,4 +1,4 @@
-"""Issue 19's many-submitters goal, measured: N honest candidates each submitted alone (`kforge submit`, one
+"""Many submitters at once, measured: N honest candidates each submitted alone (`kforge submit`, one
 after another), then all at once (N processes, one db), on one device. Prints one JSON line per verdict and a
 table: per candidate, its status and speedup alone and in the crowd, and how far apart they are.
 

@@ -1,7 +1,7 @@
 """Two fresh processes running the same eager code take turns on one core, in blocks of 10 timed calls in a random
 order, as kforge's paired CPU timing does; the median ratio of their blocks, per pair. Identical work should give
-1.0. Without a cache flush before each call, pairs came out 0.92-1.16, each steady; with one (what
-evaluator.child.timing.cpu_flush_buffer does), 0.97-1.02 (stop 27, docs/cpu-evidence/stop27_cpu_pairing_cache_flush.txt).
+1.0. On a 2-core VM (8 pairs each, the defaults below), without a cache flush before each call the pairs came out
+0.92-1.16, each steady; with one (`--flush`: what evaluator.child.timing.cpu_flush_buffer does), 0.97-1.02.
 
     python benchmarks/cpu_alternation.py [PAIRS] [--flush]
 """

@@ -1,4 +1,4 @@
-"""Issue 19's CPU goal, measured: the same honest C++ kernel over N evaluations (each a fresh batch: new
+"""The paired CPU timing's goal, measured: the same honest C++ kernel over N evaluations (each a fresh batch: new
 reference and candidate processes), quiet and with a process spinning on one core, gives speedups with a
 coefficient of variation <= 10 %; a candidate doing the reference's own work gives 1.0x within 10 %.
 

@@ -1,4 +1,4 @@
-"""Issue 19 on a GPU: the repairs at full size, timed paired (the reference beside every round of the candidate)
+"""Paired timing on a GPU: the repairs at full size, timed paired (the reference beside every round of the candidate)
 and apart (one after the other, as before pairing), alternating batches, N of each. Prints one line per verdict
 and a table: per candidate, the median speedup and candidate time of each way, and their difference.
 
