@@ -167,14 +167,14 @@ def relu_timing_case(samples_ms: list[float], monkeypatch, device: str = "cuda",
     """The judge's view of a timed run of relu (2 GiB in and out at full size) with the given samples, on an 'H100'
     (or this CPU): what its timing checks and its timing report read."""
     from evaluator import EvalSettings
-    from evaluator.verdict.rules import Reference, _Case
+    from evaluator.verdict.case import Case, Reference
     from evaluator.sandbox.results import ChildResult
     from reference_problems import resolve_problem
 
-    monkeypatch.setattr("evaluator.verdict.rules.device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr("evaluator.verdict.speed.device_name", lambda device: "NVIDIA H100 80GB HBM3")
     messages = [{"event": "stage", "stage": "timed", "_t": 0.0},
                 {"event": "timing", "which": "model", "samples": samples_ms, "fill_s": 0.0, "_t": 1.0,
                  "untimed_calls": 3, "fresh_inputs": "fresh"}]
     ref = Reference(meta={}, trials={"timing": {"io_bytes": 2**31, "max_input_numel": 2**28}})
-    return _Case(ChildResult(messages=messages, log_path=Path("/nonexistent")), ref, resolve_problem("relu").meta,
+    return Case(ChildResult(messages=messages, log_path=Path("/nonexistent")), ref, resolve_problem("relu").meta,
                  EvalSettings(device=device, size=size), {})

@@ -15,7 +15,8 @@ import pytest
 from evaluator.sandbox import gpumemory
 from evaluator.contracts import EvalSettings, Status
 from evaluator.parent.jail_spec import jail_spec, probe_layers
-from evaluator.verdict.rules import Reference, _Case, _leak
+from evaluator.verdict.case import Case, Reference
+from evaluator.verdict.rules import _leak
 from evaluator.sandbox.results import ChildResult
 from evaluator.sandbox.spawn import _JAIL, TOKEN_VAR, scrubbed_env
 from reference_problems import resolve_problem
@@ -75,7 +76,7 @@ def _judged_leak(driver_mib: int, own: gpumemory.ProcessMemory) -> tuple | None:
     growth = {"host_rss": [0, 0], "cuda_allocated": [0, 0], "cuda_reserved": [0, 0],
               "cuda_driver_used": [driver_mib * MIB, driver_mib * MIB]}
     result = ChildResult(messages=[{"event": "leaks", "growth": growth, "calls": 10, "_t": 0.0}], log_path=Path("/x"))
-    case = _Case(result, Reference(meta={}, trials={}), resolve_problem("relu").meta, EvalSettings(device="cuda"), {},
+    case = Case(result, Reference(meta={}, trials={}), resolve_problem("relu").meta, EvalSettings(device="cuda"), {},
                  None, own)
     found = _leak(case)
     return found and (found.status, found.evidence.exploit or found.evidence.leaked_bytes)

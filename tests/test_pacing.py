@@ -20,7 +20,8 @@ from conftest import CANDIDATES, SOLUTIONS, kforge_runner
 from evaluator import CandidateJob, EvalSettings, Status, evaluate
 from evaluator.sandbox import cgroups
 from evaluator.contracts import Evidence, TimingReport
-from evaluator.verdict.rules import Outcome, Reference, _Case, _pairing, _timing, pooled
+from evaluator.verdict.case import Case, Outcome, Reference
+from evaluator.verdict.speed import check_pairing, check_timing, pooled
 from evaluator.verdict.pacing import MIN_PAIRS, Pacer, Paired
 from evaluator.sandbox.results import ChildResult
 from evaluator.child.timing import Pace, bench, cpu_cores
@@ -92,8 +93,8 @@ def test_samples_that_are_not_the_paced_rounds_are_forged(tmp_path):
     assert pacer.paired.usable([0.5, 0.5]) and pacer.paired.ratio()[0] == 2.0
     timing = {"event": "timing", "which": "model", "samples": [0.01, 0.01], "_t": 1.0}
     result = ChildResult(messages=[timing], log_path=tmp_path / "log")
-    case = _Case(result, Reference(meta={}, trials={}), resolve_problem("relu").meta, EvalSettings(), {}, pacer.paired)
-    outcome = _pairing(case)
+    case = Case(result, Reference(meta={}, trials={}), resolve_problem("relu").meta, EvalSettings(), {}, pacer.paired)
+    outcome = check_pairing(case)
     assert (outcome.status, outcome.evidence.exploit) == (Status.CHEAT, "forged_messages"), outcome.evidence
     assert "not the rounds" in outcome.evidence.cause
 
@@ -158,11 +159,11 @@ def test_the_wall_clock_check_does_not_count_the_loops_wait_for_the_reference(tm
     paired = Pacer(lambda first, reps: [10.0] * reps, None, 1000).paired
     paired.candidate, paired.reference, paired.paused_s = [[1.0] * 10] * 10, [[10.0] * 10] * 10, 1.05
     ref = Reference(meta={}, trials={"timing": {"io_bytes": 2**20, "max_input_numel": 2**18}})
-    case = _Case(ChildResult(messages=messages, log_path=tmp_path / "log"), ref, resolve_problem("relu").meta,
+    case = Case(ChildResult(messages=messages, log_path=tmp_path / "log"), ref, resolve_problem("relu").meta,
                  EvalSettings(device="cpu"), {}, paired)
-    assert _timing(case) is None
+    assert check_timing(case) is None
     paired.paused_s = 0.0  # the same loop, had the candidate's process stalled it itself
-    assert _timing(case).evidence.exploit == "timer_escape"
+    assert check_timing(case).evidence.exploit == "timer_escape"
 
 
 @pytest.mark.slow
@@ -285,15 +286,15 @@ def test_a_reference_slowed_beside_the_candidate_on_a_gpu_is_not_paired_with_it(
     reference timed alone (the judge gives no paired ratio), and the timing report says why; within 5 % the
     pairs stand. On CPU the machine's load moves both sides, which is what pairing is for: they stand there."""
     from conftest import relu_timing_case
-    from evaluator.verdict.rules import _report, _usable
+    from evaluator.verdict.speed import report, usable
     from evaluator.statistics import summarize
 
     samples = [0.7] * 50
     case = relu_timing_case(samples, monkeypatch, device=device)
     case.ref.timing = summarize([0.7] * 50, "cuda_events+l2_flush")
     case.paired = Paired(reference=[[beside_ms] * 10] * 5, candidate=[[0.7] * 10] * 5)
-    report = _report(case)
-    assert _usable(case, samples) is not disturbed
+    report = report(case)
+    assert usable(case, samples) is not disturbed
     assert ("20 % slower beside the candidate" in report.interval) is disturbed
     assert report.interval.startswith("the median of 5 paired ratios") is not disturbed
 

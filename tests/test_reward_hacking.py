@@ -18,7 +18,9 @@ from conftest import ROOT, SOLUTIONS, relu_timing_case, running
 from evaluator import CandidateJob, EvalSettings, Limits, Status, Verdict, evaluate
 from evaluator.child.guard import Guard, Tampered
 from evaluator.hardware import Peak
-from evaluator.verdict.rules import Reference, _timing, judge
+from evaluator.verdict.case import Reference
+from evaluator.verdict.rules import judge
+from evaluator.verdict.speed import check_timing
 from evaluator.sandbox.results import ChildResult
 from evaluator.verdict.wall_clock import implausible
 from reference_problems import resolve_problem
@@ -191,11 +193,11 @@ def test_timings_that_cannot_fit_the_wall_clock_are_implausible():
 
 
 def test_a_median_below_the_bandwidth_floor_is_a_cheat(monkeypatch):
-    found = _timing(relu_timing_case([0.02] * 50, monkeypatch))  # 20 us to move 2 GiB: 100 TB/s
+    found = check_timing(relu_timing_case([0.02] * 50, monkeypatch))  # 20 us to move 2 GiB: 100 TB/s
     assert found.status is CHEAT and found.evidence.exploit == "bandwidth_floor"
     assert "below 0.5 x the bandwidth floor of 0.641 ms: " in found.evidence.cause
     assert "2.15e+09 bytes at 3.35e+12 B/s need 0.641 ms" in found.evidence.cause  # relu's 2.7e8 FLOP need far less
-    assert _timing(relu_timing_case([0.7] * 50, monkeypatch)) is None  # ~3 TB/s: fast, but possible
+    assert check_timing(relu_timing_case([0.7] * 50, monkeypatch)) is None  # ~3 TB/s: fast, but possible
 
 
 @pytest.mark.slow
@@ -203,7 +205,7 @@ def test_a_time_below_the_flop_floor_is_a_cheat(adversarial_settings, monkeypatc
     """The whole path on a real run: the reference child counts the GEMM's FLOPs (2 x 32 x 256 x 256), the
     judge divides them by the machine's peak. No CPU is slow enough to make an honest time impossible (the same
     candidate is `correct` in the main batch), so the peak is made tiny: 1 MFLOP/s, where the call needs 4.2 s."""
-    monkeypatch.setattr("evaluator.verdict.rules.cpu_peak", lambda: Peak(None, 1e6, 1e6, "a test machine"))
+    monkeypatch.setattr("evaluator.verdict.speed.cpu_peak", lambda: Peak(None, 1e6, 1e6, "a test machine"))
     (v,) = evaluate([CandidateJob(path=GEMM, problem=resolve_problem("gemm_bias_relu"))], adversarial_settings)
     assert (v.status, v.evidence.exploit) == (CHEAT, "flop_floor"), v.evidence
     assert "below 0.5 x the flop floor of 4194 ms: 4.19e+06 FLOP at 1e+06 FLOP/s need 4194 ms" in v.evidence.cause

@@ -14,7 +14,7 @@ from db import Database
 from evaluator import EvalSettings, Evidence, Status, TimingStats, Verdict
 from evaluator.contracts import SpeedOfLight, TimingReport
 from evaluator.hardware import device_name
-from evaluator.verdict.rules import _report
+from evaluator.verdict.speed import report
 from fake_llm_server import FakeLLMServer, Reply, answer
 from judging.record import record_verdict
 from pipeline.extract import extract
@@ -29,7 +29,7 @@ SOL = SpeedOfLight(ms=0.641, bound="bandwidth", arithmetic="2.15e+09 bytes at 3.
 
 def _judged(device: str, size: str, monkeypatch) -> TimingReport:
     """The timing report of a run of relu at 1.282 ms a call, on an 'H100' or this CPU."""
-    return _report(relu_timing_case([1.282] * 50, monkeypatch, device, size))
+    return report(relu_timing_case([1.282] * 50, monkeypatch, device, size))
 
 
 def test_the_judge_reports_the_floor_as_the_speed_of_light(monkeypatch):

@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, relu_timing_case
 from evaluator import CandidateJob, EvalSettings, Status, evaluate
 from evaluator.sandbox import cgroups
-from evaluator.verdict.rules import CPU_DISTURBED, _report, _timing, _usable
+from evaluator.verdict.speed import CPU_DISTURBED, check_timing, report, usable
 from evaluator.verdict.pacing import Pacer, Paired
 from evaluator.statistics import summarize
 from evaluator.verdict.wall_clock import _CPU_UNEXPLAINED, _WALL_SLACK_S, implausible
@@ -65,9 +65,9 @@ def _loop_case(monkeypatch, fill_s_reported: float, reference_fill_ms: float):
 def test_the_wall_clock_check_takes_the_fills_from_the_reference_not_the_candidate(monkeypatch):
     """The loop took 2 s, its calls report 0.1 s: a candidate that says its fills took the other 1.9 s is not
     believed when the reference's fills beside it took 5 ms a rep (0.5 s), and is when they took 18 ms."""
-    forged = _timing(_loop_case(monkeypatch, fill_s_reported=1.9, reference_fill_ms=5.0))
+    forged = check_timing(_loop_case(monkeypatch, fill_s_reported=1.9, reference_fill_ms=5.0))
     assert forged.evidence.exploit == "timer_escape" and "went unreported" in forged.evidence.cause, forged.evidence
-    assert _timing(_loop_case(monkeypatch, fill_s_reported=0.0, reference_fill_ms=18.0)) is None
+    assert check_timing(_loop_case(monkeypatch, fill_s_reported=0.0, reference_fill_ms=18.0)) is None
 
 
 def test_hidden_time_beyond_the_margin_is_implausible():
@@ -102,8 +102,8 @@ def test_a_pair_whose_freeze_did_not_take_is_void_and_voids_the_ratio(monkeypatc
     samples = [0.5] * 20
     case = relu_timing_case(samples, monkeypatch, device="cpu", size="small")
     case.paired, case.ref.timing = paired, summarize([1.0] * 50, "perf_counter")
-    assert not _usable(case, samples)
-    assert "could not be timed with the candidate stopped" in _report(case).interval
+    assert not usable(case, samples)
+    assert "could not be timed with the candidate stopped" in report(case).interval
 
 
 @pytest.mark.parametrize("slower, stands", [(CPU_DISTURBED * 0.8, True), (CPU_DISTURBED * 1.3, False)])
@@ -112,8 +112,8 @@ def test_a_cpu_reference_slowed_beside_the_candidate_is_not_paired_with_it(monke
     case = relu_timing_case(samples, monkeypatch, device="cpu", size="small")
     case.ref.timing = summarize([1.0] * 50, "perf_counter")
     case.paired = Paired(reference=[[1.0 + slower] * 10] * 5, candidate=[[1.0] * 10] * 5)
-    assert _usable(case, samples) is stands
-    assert ("slower beside the candidate" in _report(case).interval) is not stands
+    assert usable(case, samples) is stands
+    assert ("slower beside the candidate" in report(case).interval) is not stands
 
 
 @pytest.mark.parametrize("way", ["cgroup", "process group"])

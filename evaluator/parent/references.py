@@ -17,7 +17,8 @@ from pydantic import BaseModel
 
 from evaluator.parent.batch import Batch
 from evaluator.hardware import device_memory
-from evaluator.verdict.rules import Reference, ended_badly, timings
+from evaluator.verdict.case import Reference, timings
+from evaluator.verdict.rules import ended_badly
 from evaluator.protocol import Close, Compare, TimeBlock
 from evaluator.sandbox.spawn import Child
 from reference_problems import Problem

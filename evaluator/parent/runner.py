@@ -24,7 +24,8 @@ from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Ve
 from evaluator.parent.flops import ProblemCosts
 from evaluator.parent.dispatch import IN_FLIGHT, Dispatcher
 from evaluator.sandbox.gpumemory import ProcessMemory
-from evaluator.verdict.rules import Outcome, Reference, ended_badly, harness_call
+from evaluator.verdict.case import Outcome, Reference, harness_call
+from evaluator.verdict.rules import ended_badly
 from evaluator.verdict.pacing import Pacer
 from evaluator.protocol import Ack, Check, Go
 from evaluator.parent.references import OpenProblems, ReferenceFailed, ReferenceServer

@@ -14,7 +14,9 @@ from evaluator.contracts import CandidateJob, EvalSettings, Status, Verdict
 from evaluator.parent.flops import ProblemCosts
 from evaluator.sandbox.gpumemory import ProcessMemory
 from evaluator.hardware import device_name
-from evaluator.verdict.rules import Outcome, Reference, judge, pooled
+from evaluator.verdict.case import Outcome, Reference
+from evaluator.verdict.rules import judge
+from evaluator.verdict.speed import pooled
 from evaluator.verdict.pacing import Pacer
 from evaluator.protocol import Leaks
 from evaluator.sandbox.results import ChildResult
