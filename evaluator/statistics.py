@@ -37,7 +37,7 @@ def pooled_ratio(pairs: list[tuple[list[list[float]], list[list[float]]]], draws
     other: the median of every pair's per-block ratios together, and a 95 % interval that resamples the pairs,
     then the ratios within each (a two-level bootstrap, seeded: the same blocks give the same interval). Order
     statistics over the pooled ratios would take them as independent, but where a pair's processes lie in memory
-    moves all of its ratios at once: one pair's +-3 % intervals missed each other's by 15 % (stop 29)."""
+    moves all of its ratios at once: one pair's +-3 % intervals missed each other's by 15 % (benchmarks/cpu_pairing.py)."""
     ratios = [_block_ratios(reference, candidate) for reference, candidate in pairs]
     rng = random.Random(0)
     medians = sorted(statistics.median([x for pair in rng.choices(ratios, k=len(ratios))

@@ -46,7 +46,7 @@ def _median(expected: torch.Tensor) -> float:
 
 def _filled(expected: torch.Tensor, value: Callable[[torch.Tensor], float]) -> torch.Tensor | None:
     """A constant taken from the expected output itself, None for a single value: there the constant is the
-    answer (KernelBench's scalar losses all "passed" it on the H100, stop 22)."""
+    answer (KernelBench's scalar losses all "passed" it on the H100, benchmarks/problem_audit.py)."""
     return torch.full_like(expected, value(expected)) if expected.numel() > 1 else None
 
 
@@ -92,7 +92,7 @@ def judge_trivials(labels: Iterable[str], outputs: Callable[[str], list], inputs
                    atol: float, rtol: float) -> list[dict]:
     """Every trivial answer against every label's outputs, one label's tensors at a time: the comparer
     recomputes the outputs it does not keep, and all labels at once ran 32 of KernelBench's level-1 problems
-    out of an H100's memory (stop 22), problems a batch judges there."""
+    out of an H100's memory (benchmarks/problem_audit.py), problems a batch judges there."""
     tallies = [_Tally(name) for name in TRIVIALS]
     for label in labels:
         _judge_label(tallies, outputs(label), inputs(label), atol, rtol)  # its tensors go when it returns

@@ -55,7 +55,7 @@ class Expected:
 
     def inputs(self, label: str) -> list:
         """A label's inputs. A timed call's are written into the timer's own tensors (every timed block refills
-        them anyway): a second set of a 16 GB input ran the comparer out of memory beside its candidate (stop 22)."""
+        them anyway): a second set of a 16 GB input ran the comparer out of memory beside its candidate (benchmarks/giant_memory.py)."""
         rep = trials.timed_rep(label)
         if rep is not None and self.timed is not None:
             self.timed.fill(rep)

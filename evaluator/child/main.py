@@ -39,7 +39,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (glibc's mal
 def _steady_malloc() -> None:
     """Fix glibc malloc's thresholds, which otherwise adapt at run time: in some processes a call's megabyte-sized
     temporaries came from fresh mmap'd pages every call (~1000 page faults per call, 16-20 ms) and in others from
-    the reused heap (0.5 ms), for the same eager code: the bimodal CPU speedups of issue 19. Blocks up to glibc's
+    the reused heap (0.5 ms), for the same eager code: bimodal CPU speedups. Blocks up to glibc's
     largest threshold (32 MiB) now always come from the heap, and freed memory is not handed back to the kernel
     (a leak still grows in both leak windows). Both roles, so reference and candidate allocate alike."""
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # not glibc (musl): its malloc does not adapt
@@ -154,7 +154,7 @@ def _run_introspect(chan: stages.Channel, req: IntrospectRequest) -> None:
 def _said(exc: BaseException) -> str:
     """What the failure says, with a CUDA out-of-memory named as one: PyTorch's allocator, before it raises its
     out-of-memory error, asks NVML for the device's processes, and NVML does not start in the jail, so what comes
-    out is an internal assert that says nothing of memory (seen on the H100, stop 36)."""
+    out is an internal assert that says nothing of memory (seen on the H100: tests/adversarial/relu/gpu_out_of_memory.py)."""
     text = str(exc)
     if "nvmlInit_v2_" in text and "CUDACachingAllocator" in text:
         return (f"CUDA out of memory: an allocation failed and PyTorch's report of it stopped at NVML, which the jail "

@@ -203,7 +203,7 @@ CPU_FLUSH_BYTES = 2 * _largest_cpu_cache()
 def cpu_flush_buffer() -> torch.Tensor:
     """What is written before every timed call on CPU (twice the largest cache), so that every call starts from
     the same cold caches whatever ran before it. Without it, two processes taking turns on one core with the
-    same code timed 0.92-1.16x each other, each pair steady; with it, 0.97-1.02x (stop 27): a CPU call's time
+    same code timed 0.92-1.16x each other, each pair steady; with it, 0.97-1.02x (benchmarks/cpu_alternation.py): a CPU call's time
     depended on which of the pair's data the caches still held."""
     return torch.zeros(CPU_FLUSH_BYTES // 4)
 

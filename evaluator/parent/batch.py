@@ -78,7 +78,7 @@ class Batch:
         A reference child, the comparer, builds nothing; it reads the batch's scratch (on CPU the candidates'
         outputs arrive there as files) and, on CUDA, stays in kforge's PID namespace: legacy CUDA IPC handles are
         reported not to open between sibling PID namespaces, while one from a namespaced producer opened in a
-        process outside them on the H100 host (issue 17)."""
+        process outside them on the H100 host."""
         if candidate is None:
             return jail_spec([workdir, build_dir], [problem.path, self.root], namespaces=self.settings.device != "cuda")
         view = buildcache.view(self.build_root, build_dir, workdir, keep=publish)
@@ -110,8 +110,8 @@ class Batch:
         """The fresh process pairs (reference, candidate) a correct candidate is timed in: on CPU with paired
         rounds, settings.cpu_pairs, each timing a share of rep_ms; else 1. Where the kernel puts a process's data
         and page tables moves its speed for its whole life, and a pair's ratio carries that draw: an identical
-        candidate timed 0.85-1.14x in single fresh pairs (stop 28; two bare processes with the address layout
-        fixed, still 0.90-1.10x). Pooled over 3 pairs: 0.91-1.08x in 20 evaluations (stop 29, docs/cpu-evidence)."""
+        candidate timed 0.85-1.14x in single fresh pairs (benchmarks/cpu_pairing.py; two bare processes with the address layout
+        fixed, still 0.90-1.10x). Pooled over 3 pairs: 0.91-1.08x in 20 evaluations (benchmarks/cpu_pairing.py)."""
         s = self.settings
         return s.cpu_pairs if role == "candidate" and s.device == "cpu" and s.timing and s.paired else 1
 
@@ -137,7 +137,7 @@ class Batch:
         CPU a compile child (`publish`) runs off the timing cores, any other on them (it is spawned once the CPU
         is held, and its reference is timed beside it there). A child timed on CPU is its own interpreter, not
         forked: children forked from one server share its address-space layout, and an identical candidate then
-        timed 0.76-1.02x its reference, every time below 1 (cpu_pairing.py, stop 26); exec'd, 0.94-1.21x around
+        timed 0.76-1.02x its reference, every time below 1 (benchmarks/cpu_pairing.py); exec'd, 0.94-1.21x around
         1, each process placed at random. A child that will run on `gpu` (its problem's) makes its CUDA context
         there while it waits (child._warm_cuda), where the leak check reads each candidate's own device memory."""
         cpu = self.settings.device == "cpu"
@@ -168,7 +168,7 @@ class Batch:
             while not self.stop.is_set():
                 free = [want] if want in self._free else [] if want is not None else sorted(self._free, key=str)
                 for device in free:
-                    lock = _machine_lock(device)
+                    lock = machine_lock(device)
                     if lock is not None:
                         self._free.discard(device)
                         self._locks[device] = lock
@@ -241,7 +241,7 @@ def _device_identity(device: str | None) -> str:
         return f"cuda-{device}"
 
 
-def _machine_lock(device: str | None) -> int | None:
+def machine_lock(device: str | None) -> int | None:
     """An exclusive flock on the device's lock file, or None if another process holds it."""
     LOCK_DIR.mkdir(mode=0o1777, exist_ok=True)
     fd = os.open(LOCK_DIR / _device_identity(device), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)

@@ -32,16 +32,50 @@ from typing import Callable, Iterator
 
 from evaluator.child import precompiled
 from evaluator.diagnose import first_error
+from evaluator.sandbox.results import ChildResult
 from evaluator.child.precompiled import Variant
 
 MAX_BUILDS_PER_COMPILE = 2
 MAX_VARIANTS = 6  # .gch files kept per build root (~0.8 GB each)
 MAX_ATTEMPTS = 2  # builds that were killed or timed out, per variant, before kforge stops trying
 MIN_FREE_BYTES = 4 << 30  # leave room for the .gch (and the builds) on the build root's disk
-_OUTCOMES = "outcomes"
+_OUTCOMES = "outcomes"  # how each key's compile ended, beside the builds
+_TRANSIENT = ("No space left", "Cannot allocate memory", "out of memory", "Killed", "MemoryError", "Resource temporarily")
 
 # runs a command in the jail with its output to a log file: exit status, or None when it ran out of time
 Tool = Callable[[list[str], Path], "int | None"]
+
+
+# -- how a build key's compile ended ----------------------------------------------------------------------------
+
+class Outcome:
+    """How one build key's compile ended, kept in the build root. The key covers source, torch, CUDA, arch and
+    Python, so the compile ends the same way again: a compiler error comes back at once, and a finished build
+    (its library still in the build dir) needs no compile child at all. Only compiler errors are kept, never a
+    timeout, a kill or a memory limit, which another attempt could pass."""
+
+    def __init__(self, root: Path, build_dir: Path):
+        memo = root / _OUTCOMES / build_dir.name
+        self.build_dir, self.log = build_dir, memo.with_suffix(".failed.log")
+        self.failed, self.built = memo.with_suffix(".failed.json"), memo.with_suffix(".built")
+
+    def failure(self) -> ChildResult | None:
+        return ChildResult.model_validate_json(self.failed.read_text()) if self.failed.is_file() else None
+
+    def was_built(self) -> bool:
+        return self.built.is_file() and any(self.build_dir.rglob("*.so"))
+
+    def record_built(self) -> None:
+        self.built.parent.mkdir(parents=True, exist_ok=True)
+        self.built.touch()
+
+    def record_failure(self, result: ChildResult) -> None:
+        """A compile error, kept with its log unless the log names a transient cause."""
+        text = result.log_tail(chars=2_000_000)
+        if not any(word in text[-20_000:] for word in _TRANSIENT):
+            self.failed.parent.mkdir(parents=True, exist_ok=True)
+            self.log.write_bytes(text.encode())
+            self.failed.write_text(result.model_copy(update={"log_path": self.log}).model_dump_json())
 
 
 # -- a child's view of the cache, and publishing what a compile child built ---------------------------------------

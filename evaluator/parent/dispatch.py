@@ -27,7 +27,7 @@ class Dispatcher:
     busy ~3 s. So one candidate waiting at the gate beside the one running is enough, and a second covers a
     candidate whose child dies at once; AHEAD starts the next candidate's child before its admission. Each
     waiting child holds a CUDA context (~0.5 GB of the GPU), which is why not more. (With children started as
-    interpreters, 4.5 s each on the H100 host, it took 4 in flight and 2 ahead: stop 25.) On CPU 2 in flight and
+    interpreters, 4.5 s each on the H100 host, it took 4 in flight and 2 ahead, benchmarks/eval_speed.py.) On CPU 2 in flight and
     none ahead: a child is spawned only once the CPU is free, so more would only wait."""
 
     def __init__(self, batch: Batch, problems: OpenProblems, runners: ThreadPoolExecutor | None,

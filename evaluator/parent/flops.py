@@ -1,7 +1,7 @@
 """The FLOPs of a batch's problems, for the judge's floor: counted once per batch, on torch's meta device, by one
 introspect child (evaluator.parent.introspect) that starts beside the compiles. Not in each reference child: torch's
 counter imports torch._dynamo on its first use (2-3 s on the H100 host), and a reference child paid it while it
-held the device: 109 s of a warm level-1 batch's 480 s (stop 24). The count needs shapes only, so the meta
+held the device: 109 s of a warm level-1 batch's 480 s (benchmarks/kernelbench_throughput.py). The count needs shapes only, so the meta
 device gives what a real call gives."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Nsight Compute metrics of a correct candidate's forward calls, for the refine prompt (issue 22).
+"""Nsight Compute metrics of a correct candidate's forward calls, for the refine prompt.
 
 The trusted parent starts `ncu ... python -m evaluator.child.main` in the profile jail (evaluator/sandbox/jail.py, spec key
 `profile`: its own network namespace with loopback up, a private /dev/shm, TCP allowed by Landlock and seccomp,
@@ -93,7 +93,7 @@ def budget_s(median_ms: float | None, limit_s: float) -> float:
 
 def _run(job: CandidateJob, settings: EvalSettings, ncu: Path, build_root: Path, build_dir: Path, workdir: Path,
          gpu: str, median_ms: float | None) -> Profile:
-    from evaluator.parent.batch import _machine_lock
+    from evaluator.parent.batch import machine_lock
 
     src = workdir / "src" / job.path.name
     src.parent.mkdir(parents=True)
@@ -106,7 +106,7 @@ def _run(job: CandidateJob, settings: EvalSettings, ncu: Path, build_root: Path,
     log = workdir / "ncu.csv"
     runner = [str(ncu), "--metrics", ",".join(METRICS), "--csv", "--log-file", str(log), "--target-processes", "all",
               "--clock-control", "none", "--nvtx", "--nvtx-include", "kforge_forward/"]
-    lock = _wait_for(lambda: _machine_lock(gpu))
+    lock = _wait_for(lambda: machine_lock(gpu))
     if lock is None:
         return Profile(said=f"GPU {gpu} stayed busy with another kforge run for {LOCK_WAIT_S:.0f} s")
     try:

@@ -223,7 +223,7 @@ class OpenProblems:
         """What a problem's comparer will hold before its reference ran: its resident budget, plus one call's
         inputs, weights and output (the timer's), where known. The budget alone counts 12 GB on an H100 for a
         comparer of KernelBench's norm problems that holds ~15 GB (7.5 GB in, 7.5 GB out); honest candidates of
-        two of them ran out of GPU memory with ~46 GB held by other processes (stop 25; which problems were
+        two of them ran out of GPU memory with ~46 GB held by other processes (level 1 on an H100; which problems were
         open then was not recorded)."""
         return int(_RESIDENT_SHARE * self._memory) + (self.sizes(problem) or 0)
 

@@ -14,7 +14,6 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Iterator
 
-import torch
 from pydantic import BaseModel
 
 from evaluator.parent import buildcache
@@ -80,22 +79,15 @@ def _prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict
     return prep
 
 
-_OUTCOMES = "outcomes"  # in the build root, which only the parent writes (buildcache.py)
-_TRANSIENT = ("No space left", "Cannot allocate memory", "out of memory", "Killed", "MemoryError", "Resource temporarily")
-
-
 def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
-    """The build key covers source, torch, CUDA, arch and Python, so a key's compile ends the same way again:
-    a compiler error comes back at once from what the parent kept, and a finished build (its library still in
-    the build dir) needs no compile child at all: the candidate child loads it, as a compile child would have,
-    which saves a process and a torch import (seconds) per candidate on a warm run. Only compiler errors are
-    kept, never a timeout, a kill or a memory limit, which another attempt could pass. The compile child builds
-    in its view of the cache; the build is published (and recorded) only when it ended well."""
-    memo = batch.build_root / _OUTCOMES / prep.build_dir.name
-    failed, built = memo.with_suffix(".failed.json"), memo.with_suffix(".built")
-    if failed.is_file():
-        return ChildResult.model_validate_json(failed.read_text())
-    if built.is_file() and any(prep.build_dir.rglob("*.so")):
+    """A compile child, unless the key's compile ended before (buildcache.Outcome): a compiler error comes back
+    from what the parent kept, and a finished build is loaded by the candidate child as it is, which saves a
+    process and a torch import (seconds) per candidate on a warm run. The compile child builds in its view of
+    the cache; the build is published (and recorded) only when it ended well."""
+    memo = buildcache.Outcome(batch.build_root, prep.build_dir)
+    if (failure := memo.failure()) is not None:
+        return failure
+    if memo.was_built():
         return _already_built(prep)
     workdir = prep.workdir / "compile"
     said = buildcache.prepare_headers(prep.job.text, batch.build_root, prep.workdir / "pch", batch.tool(prep.workdir / "pch"))
@@ -105,15 +97,10 @@ def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
                      failed)
     result = batch.run("compile", prep.job.problem, workdir, prep.build_dir, prep.candidate)
     outcome = _ended_badly(batch, result)
-    memo.parent.mkdir(parents=True, exist_ok=True)
     if outcome is None and _published(workdir, prep):
-        built.touch()
-    elif outcome.status is Status.COMPILE_ERROR and not result.cancelled:
-        text = result.log_tail(chars=2_000_000)
-        if not any(word in text[-20_000:] for word in _TRANSIENT):
-            log = memo.with_suffix(".failed.log")
-            log.write_bytes(text.encode())
-            failed.write_text(result.model_copy(update={"log_path": log}).model_dump_json())
+        memo.record_built()
+    elif outcome is not None and outcome.status is Status.COMPILE_ERROR and not result.cancelled:
+        memo.record_failure(result)
     _free(workdir)
     return result
 

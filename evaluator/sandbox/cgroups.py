@@ -37,8 +37,8 @@ _FREEZE_WAIT_S = 0.2  # a freeze is asynchronous (v2's freezer and SIGSTOP alike
 # scheduled (milliseconds later on a busy machine), one in uninterruptible sleep when it wakes
 _counter = itertools.count()
 COMPILE_PEAK_MB = 3_600  # one CUDA extension's compile (nvcc, cicc over torch's headers): 16 at once held 56.6 GB
-# of the H100 host's memory (stop 21)
-BATCH_RESERVE_MB = 8_192  # the rest of a batch beside its compiles: kforge, its waiting children (issue 17's bound)
+# of the H100 host's memory
+BATCH_RESERVE_MB = 8_192  # the rest of a batch beside its compiles: kforge, its waiting children (the bound measured on the H100 host)
 
 
 class FreezeIncomplete(RuntimeError):

@@ -1,8 +1,8 @@
-"""The device memory a candidate's own processes hold, read by the parent through NVML (issue 19, point 4).
+"""The device memory a candidate's own processes hold, read by the parent through NVML.
 
 A leak check that reads the device's used memory also counts every other process on the GPU: other submitters,
 the problem's comparer, children making their CUDA contexts while they wait. On the H100 that judged honest
-candidates `leak` (+524 to +646 MiB per 10 calls among eight submitters; +74 MiB beside early contexts, stop 26).
+candidates `leak` (+524 to +646 MiB per 10 calls among eight submitters; +74 MiB beside early contexts, benchmarks/concurrent_submit.py).
 NVML's per-process accounting counts what the driver gave each process (raw cudaMalloc included, which torch's
 allocator statistics miss); the parent keeps the processes that descend from the child it started, so nothing
 the candidate says about itself enters the number.

@@ -1,4 +1,4 @@
-"""Interleaved timing, the parent's side (issue 19): the reference is timed beside every round of the candidate.
+"""Interleaved timing, the parent's side: the reference is timed beside every round of the candidate.
 
 The candidate child times its reps in small rounds and stops before each (a `pace` message) until the parent
 answers. Meanwhile the parent has the problem's reference child (its comparer, alive anyway) time the same

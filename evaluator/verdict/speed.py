@@ -109,7 +109,7 @@ def report(case: Case) -> TimingReport | None:
         reference_calls, speedup_interval = sum(map(len, pairs)), [low, high]
         interval = (f"the median of {len(pairs)} paired ratios: the reference timed beside each round of the "
                     f"candidate, before or after it by a secret coin")
-        if settings.device == "cpu":  # identical work in single fresh process pairs: 0.85-1.14x (stop 28)
+        if settings.device == "cpu":  # identical work in single fresh process pairs: 0.85-1.14x (benchmarks/cpu_pairing.py)
             interval += "; it spans this pair of processes only: fresh ones can time the same work ~10 % apart"
     else:
         reference_calls, speedup_interval = ref.reps if ref else None, ratio_interval(ref, mine) if ref else None
