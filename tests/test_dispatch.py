@@ -85,7 +85,7 @@ def test_spare_references_start_for_compiled_problems_then_those_still_compiling
 @pytest.mark.parametrize("device, gpus, admitted", [("cuda", ["0", "1"], 2 * IN_FLIGHT), ("cpu", [None], 2)])
 def test_one_problem_fills_every_gpu_each_with_a_reference_of_its_own(batch, device, gpus, admitted):
     """IN_FLIGHT candidates per device on CUDA (one running, two ready to take it: children forked in ~0.05 s,
-    stop 26), two on CPU. A batch of one problem uses every GPU: the second candidate does not queue behind the
+    benchmarks/eval_speed.py), two on CPU. A batch of one problem uses every GPU: the second candidate does not queue behind the
     first while a GPU has nothing to do; that GPU serves the problem too, with its own reference child there."""
     batch.settings.device, batch.gpus = device, gpus
     runs = _Runs()
@@ -137,7 +137,7 @@ def test_new_problems_go_where_a_candidate_can_start_and_stay_there(batch):
 
 def test_a_child_loaded_ahead_goes_to_its_candidate_only_on_the_gpu_it_was_loaded_for(batch):
     """The children of the next AHEAD candidates per device start before a slot frees, each for its problem's
-    GPU, and go to their candidate's run when it is admitted there (stop 25: a child started only at admission
+    GPU, and go to their candidate's run when it is admitted there (a child started only at admission
     left the H100 idle 27 % of a warm level-1 batch); one loaded for another GPU is ended, not handed over; the
     children of candidates never admitted are ended with the batch."""
     jobs = _jobs(*["relu"] * (IN_FLIGHT + AHEAD + 1))

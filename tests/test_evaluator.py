@@ -57,7 +57,7 @@ def test_a_correct_verdict_says_how_it_was_timed(verdicts):
     low, high = t.speedup_interval
     assert low <= v.speedup <= high and f"x vs eager (95 %: {low:.3g}-{high:.3g}x)" in v.evidence.cause
     assert t.interval.startswith("the median of") and "paired ratios" in t.interval and t.reference_calls == t.calls
-    assert "this pair of processes only" in t.interval  # what the interval does not cover on CPU (stop 20)
+    assert "this pair of processes only" in t.interval  # what the interval does not cover on CPU
     assert t.floor.startswith("none: no FLOPs counted")  # element-wise, and a CPU has no bandwidth bound
 
 

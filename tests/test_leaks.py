@@ -35,7 +35,7 @@ print(json.dumps({"growth": growth["host_rss"], "calls": calls, "kept": len(kept
 
 def test_a_slow_call_that_keeps_memory_is_caught_in_fewer_calls():
     """In a fresh process with the child's malloc settings: in pytest's own process, heap holes freed by earlier
-    tests took in a window's first 16 MiB (CI, stop 35: 16 MiB of growth for 32 MiB kept)."""
+    tests took in a window's first 16 MiB (in CI: 16 MiB of growth for 32 MiB kept)."""
     ran = subprocess.run([sys.executable, "-c", _SLOW_LEAK], capture_output=True, text=True, timeout=120,
                          cwd=ROOT, check=True)
     got = json.loads(ran.stdout)

@@ -106,17 +106,18 @@ def _hog(stop) -> None:
 
 @pytest.mark.slow
 def test_a_candidate_identical_to_the_reference_is_one_x_with_a_core_hogged(cpu_settings):
-    """Issue 19 on a 2-core machine: the same work times near 1.0x while another process spins on one core,
+    """On a 2-core machine: the same work times near 1.0x while another process spins on one core,
     because each round of the candidate is paired with a reference block beside it (apart, before pairing:
     0.87x and 1.9x). Measured over fresh evaluations (benchmarks/cpu_pairing.py): 0.93-1.04x in 10 of 10,
-    0.93-1.11x in 6 others (stop 17); in stop 19 on this VM 3 of 12 below 0.85x (0.65x at worst; 0.77x at worst
-    in 11 with both sides pinned to one core, which broke four concurrent submitters: 0.35x). Stop 20 found the
+    0.93-1.11x in 6 others; at one point on this VM 3 of 12 below 0.85x (0.65x at worst; 0.77x at worst
+    in 11 with both sides pinned to one core, which broke four concurrent submitters: 0.35x). The
     bias: this candidate's C++ kept its temporaries to the end of one expression (0.78-0.95x against the eager
     reference in fresh process pairs on one core; 0.79-1.16x mended), and timed reps came in rounds of one (a
     first fill's 0.26 s in the rep estimate). Mended, with compiles moved off the timing core: 0.88-1.19x over 12
     evaluations, median 1.00x quiet and 1.07x hogged; what is left differs between fresh process pairs: one pair
-    0.85-1.14x quiet (stop 28). Pooled over 3 fresh pairs (Batch.pairs), stop 29: 0.953-1.054x hogged, 0.933-1.079x
-    quiet over 5 evaluations each (docs/cpu-evidence/stop29_cpu_pairing_three_pairs.txt): issue 19's 1.0x +- 10 %."""
+    0.85-1.14x quiet. Pooled over 3 fresh pairs (Batch.pairs): 0.953-1.054x hogged, 0.933-1.079x
+    quiet over 5 evaluations each (benchmarks/cpu_pairing.py -n 5): 1.0x +- 10 %. With the reference holding its
+    glimpses as the candidate's keeper does: 0.96-0.99x hogged over 6 runs."""
     job = CandidateJob(path=SAME, problem=resolve_problem("scale_bias_hardswish"))
     stop = multiprocessing.Event()
     hog = multiprocessing.Process(target=_hog, args=(stop,), daemon=True)
@@ -181,7 +182,7 @@ def test_four_submitters_at_once_get_the_verdicts_they_get_alone(build_root, tmp
     assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in results]
     verdicts = {Path(line["path"]).name: line for line in (json.loads(out) for out, _ in results)}
     assert {name: v["status"] for name, v in verdicts.items()} == expect
-    # the identical candidate's bound is the one of the hogged test above (stop 19: 1.25x here, 0.35x pinned)
+    # the identical candidate's bound is the one of the hogged test above (1.25x here once, 0.35x with both sides pinned to one core)
     assert verdicts["cpu_fused_o3.py"]["speedup"] > 1.5 and 0.6 <= verdicts[SAME.name]["speedup"] <= 1.4, verdicts
 
 

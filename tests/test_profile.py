@@ -1,4 +1,4 @@
-"""Nsight Compute in the refine prompt (issue 22): ncu's CSV into a Profile, the Profile into the feedback, nothing
+"""Nsight Compute in the refine prompt: ncu's CSV into a Profile, the Profile into the feedback, nothing
 without a GPU, and the profile jail: its own network namespace (loopback only) and /dev/shm, nothing more."""
 
 from __future__ import annotations

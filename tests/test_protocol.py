@@ -44,7 +44,7 @@ def test_a_malformed_request_is_one_clear_error_of_the_child(tmp_path: Path) -> 
 
 
 def test_a_line_sent_to_a_child_that_died_does_not_break_its_finish(tmp_path: Path) -> None:
-    """A reference child dead before its Close line (the H100 audit, stop 22): finish reports how it ended."""
+    """A reference child dead before its Close line (the H100 audit, benchmarks/problem_audit.py): finish reports how it ended."""
     child = Child(tmp_path, tmp_path / "build", Limits(timeout_s=120), cap_address_space=True,
                   jail=jail_spec([tmp_path], []))
     child.begin(_Stray())

@@ -332,7 +332,7 @@ def test_a_compute_bound_cache_is_not_correct_with_a_speedup(gpu_adversarial_bui
 def test_gpu_work_queued_before_a_pause_cannot_flatter_the_paired_ratio(gpu_adversarial_build_root):
     """The freeze stops the candidate's processes, not the kernels they queued. Where the reference timed beside
     the flood is slower than alone, the speedup comes from the two sides timed apart and the evidence says why;
-    either way the flood is not faster than the honest kernel. On the H100 (stop 21) its spin kernels slowed
+    either way the flood is not faster than the honest kernel. On the H100 its spin kernels slowed
     its own relu more than the reference beside it: 0.79x, the paired ratio unflattered."""
     v = _gpu_run(["gpu_queue_flood"], "full", gpu_adversarial_build_root)
     honest, flood = v["relu_cuda"], v["gpu_queue_flood"]

@@ -58,7 +58,7 @@ class _Finalised:
 
 def test_sources_parse_in_many_threads_at_once():
     """The loop extracts answers in worker threads while it judges others; CPython 3.11's AST builder shares its
-    recursion depth between threads (SystemError 'AST constructor recursion depth mismatch' in stop 19's CI)."""
+    recursion depth between threads (SystemError 'AST constructor recursion depth mismatch' seen in CI)."""
     source, failures = (SOLUTIONS / "scale_bias_hardswish/cpu_fused_o3.py").read_text(), []
 
     def parse_many():

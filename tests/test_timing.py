@@ -167,14 +167,14 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
 
 def test_the_input_fingerprint_copies_nothing():
     """Sums in the words' own type: torch's int64 sum of int32 words copied the whole input first (a 6.4 GB
-    input needed 12.8 GB more: out of memory on the H100, stop 36)."""
+    input needed 12.8 GB more: out of memory on the H100)."""
     ran = subprocess.run([sys.executable, "-c", _FINGERPRINT_PEAK], capture_output=True, text=True, check=True,
                          timeout=120, cwd=ROOT)
     assert int(ran.stdout) < 16 * 2**20
 
 
 def test_the_comparer_recomputes_a_timed_call_in_the_timers_own_tensors():
-    """A second set of a 16 GB input ran the comparer out of memory beside its candidate on the H100 (stop 22)."""
+    """A second set of a 16 GB input ran the comparer out of memory beside its candidate on the H100 (benchmarks/giant_memory.py)."""
     from evaluator.child.comparer import Expected
     from evaluator.child.trials import FreshInputs, make_inputs, rep_seed
 

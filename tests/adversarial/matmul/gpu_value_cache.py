@@ -1,4 +1,4 @@
-"""Exploit 2 on a compute-bound problem (issue 19: `correct` at 44.6x on an H100 before fresh inputs): a tiled
+"""Exploit 2 on a compute-bound problem (`correct` at 44.6x on an H100 before fresh inputs): a tiled
 CUDA matmul whose result is cached on both inputs' addresses plus three sampled values of each. With new values
 before every timed call it computes every time, and is timed at its own (modest) speed."""
 import torch

@@ -1,4 +1,4 @@
-"""A disturber on CUDA (issue 19): an honest relu, plus a thread that keeps the GPU's queue full of spin kernels
+"""A disturber on CUDA: an honest relu, plus a thread that keeps the GPU's queue full of spin kernels
 on a side stream. The parent freezes the candidate's processes while it times the reference beside a round,
 but kernels already queued run on, in another context: the reference, time-sliced against them, looks slow,
 and a paired ratio would flatter the candidate."""

@@ -1,8 +1,8 @@
-"""The reference's own ops, called from C++: the same work as the reference, so the same time (issue 19).
+"""The reference's own ops, called from C++: the same work as the reference, so the same time.
 
 Each temporary is freed where Python frees the reference's: one C++ expression keeps its temporaries to its
 end, and `y * clamp(y + 3, 0, 6) / 6` in one expression held two more megabytes per call than the eager
-reference; in separate processes on one core it timed 0.78-0.95x (stop 20)."""
+reference; in separate processes on one core it timed 0.78-0.95x."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
