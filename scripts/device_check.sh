@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole GPU check in one command, on a machine with a CUDA device (see README "GPU evidence").
+# The whole GPU check in one command, on a machine with a CUDA device (see README "The GPU check").
 # Usage: bash scripts/device_check.sh [evaluate|repeat N|stages|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
 #        speed-exec|throughput [LEVEL]|fingerprint [GB]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|loads|all]
 # (logs and the db go to $OUT or ./device-out)
