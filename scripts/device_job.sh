@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Long GPU work over chained `run` calls: a call lasts at most 10 minutes and a machine goes back after 30
-# minutes held, so the work runs as a job that outlives the call and each later call collects it.
+# Long GPU work over remote commands that each have a time limit (the whole of KernelBench level 1, the audit):
+# the work runs as a background job that outlives the command, and each later command collects it.
 # Usage: bash scripts/device_job.sh start NAME "STEP" ["STEP"...]   e.g. start level1 "throughput 1" "speed"
 #        bash scripts/device_job.sh collect NAME SECONDS           waits for the job (at most SECONDS), then
 #                                                                  leaves what it wrote in $OUT/NAME.tgz
