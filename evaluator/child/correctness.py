@@ -1,4 +1,5 @@
-"""Judging outputs, in the parent, on the raw bytes the harness saved: the candidate's process has no say in the comparison."""
+"""Judging outputs in the comparer (the reference child, which no candidate touched), on the raw bytes or the device
+memory the harness handed over: the candidate's process has no say in the comparison."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ Which kind, the first that works on this machine (probed once per process; `kfor
   memory.limit_in_bytes (and memsw, where swap is accounted); what is left is killed pid by pid.
 - none: the layer is off and says why. RLIMIT_NPROC is not a substitute: it does not bind root, and it counts
   every process of a uid, so with all children running as one uid a fork bomb in one would starve the compilers
-  of the others (a wrong verdict for an honest candidate). The RSS watch and, on CPU, RLIMIT_AS (sandbox.py)
+  of the others (a wrong verdict for an honest candidate). The RSS watch and, on CPU, RLIMIT_AS (spawn.py)
   still bound memory; the PID namespace and the wall budget still end a fork bomb.
 The child joins its cgroups itself (evaluator/sandbox/jail.py, before anything else), so nothing it starts is outside.
 """

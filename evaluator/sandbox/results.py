@@ -1,5 +1,5 @@
 """What came back from one evaluator child (its messages in order, how it ended, its log), and the readings the
-judge takes of it. Split from sandbox.py, which runs the child: this is what the rest of the evaluator reads."""
+judge takes of it. spawn.py runs the child; this is what the rest of the evaluator reads."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 move the bytes of its inputs and outputs once. A median well below it is not fast, it is impossible: the work
 was skipped, cached or finished outside the timer. The FLOPs are counted once per batch on the meta device
 (evaluator.parent.flops), the bytes come from the reference's trials or the problem's declaration, the peaks from
-evaluator.hardware; the parent decides (judge.py) with `impossible`.
+evaluator.hardware; the parent decides (verdict/speed.py) with `impossible`.
 """
 
 from __future__ import annotations
