@@ -73,7 +73,7 @@ class ModelNew(torch.nn.Module):
 '''
 
 
-# -- evaluator fixtures: one build cache per session, so a candidate file is compiled once whoever evaluates it --
+# -- evaluator fixtures: one build cache per test run, so a candidate file is compiled once whoever evaluates it -
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
@@ -112,7 +112,7 @@ def cpu_settings(build_root):
 
 
 def kforge_runner(tmp_path: Path, build_root: Path, **env_extra: str):
-    """`python -m kforge ...` as a user runs it: its own HOME and db, the session's build cache, no inherited
+    """`python -m kforge ...` as a user runs it: its own HOME and db, the test run's build cache, no inherited
     KFORGE_* settings. Calls assert the exit code (`expect`) and return the CompletedProcess."""
     import subprocess
     import sys
