@@ -12,9 +12,7 @@ one). The candidate's own operators (its own namespace) are new ones, never comp
 Cost: reading every operator's registrations (~3600 _dispatch_dump calls, ~12 us each) is ~45 ms on a 2-core
 CPU (60-85 ms on the H100 host), per snapshot and per check; comparing them is one list equality (~1 ms).
 Nothing cheaper reads a kernel replaced at a key that already had one: the per-key registration lists do not
-change then. The snapshot is taken in each child, not once in the fork server: reading every operator there
-left torch's Triton cache pointing at the server's home, which no child may write (every torch.compile baseline
-on an H200 failed with PermissionError on it).
+change then.
 """
 
 from __future__ import annotations

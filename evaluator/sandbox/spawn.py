@@ -48,6 +48,9 @@ def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     env.update(
         HOME=str(workdir), TMPDIR=str(workdir), TORCH_EXTENSIONS_DIR=str(build_dir), **{TOKEN_VAR: token},
+        # Triton takes its home's default when it is imported, which in the fork server is the server's home: a
+        # forked child's torch.compile then wrote its kernels there, where the jail refuses it (PermissionError)
+        TRITON_HOME=str(workdir),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
         CUDA_DEVICE_ORDER="PCI_BUS_ID",  # a GPU's index is NVML's, which reads each child's device memory (gpumemory)
