@@ -137,6 +137,9 @@ def main() -> None:
     # OpenBLAS (numpy's) keeps an idle thread pool, which it stops around a fork itself (pthread_atfork)
     warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
     import evaluator.child.main  # noqa: F401 - what every child would import: torch, the evaluator, landlockpy
+    from evaluator.child import overrides
+
+    overrides.take_base()  # once here, not in every child (evaluator/child/overrides.py)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     serve(socket.socket(fileno=int(sys.argv[1])), _cuda_unforkable())
 

@@ -97,7 +97,7 @@ class Guard:
         self._spaces = _watched_namespaces([*harness, overrides])
         self._before = {name: _snapshot(space) for name, space in self._spaces.items()}
         self._flags = backend_flags()
-        self._dispatcher = overrides.Overrides()  # kernels registered for existing operators
+        self._dispatcher = overrides.before_candidate()  # kernels registered for existing operators
 
     def _replaced(self, name: str) -> list[str]:
         space, before = self._spaces[name], self._before[name]
