@@ -1,10 +1,9 @@
 """Standings: each problem's best correct speedup and its counts by status, kept per (problem, device, size,
 status) in EvaluationTally as evaluations are stored, and the aggregates read from it (leaderboard, fast_p over
-problems, geomean). A mixin of Database: it needs only `session()` and `url`."""
+problems, geomean; their formulas are in db.metrics). A mixin of Database: it needs only `session()` and `url`."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -12,10 +11,11 @@ from sqlalchemy import ColumnElement, distinct, func, select
 from sqlalchemy.orm import Session
 
 from db.engine import guarded
+from db.metrics import FAST_P, fast_p, geomean
 from db.models import Evaluation, EvaluationTally, Problem, Solution
 from db.rows import LeaderRow, leader_row
 
-CORRECT = "correct"
+CORRECT = "correct"  # Status.CORRECT of evaluator.contracts, a floor above: the db stores statuses as strings
 
 
 def problem_id_of(problem: str) -> Any:
@@ -109,27 +109,23 @@ class Standings:
     @guarded
     def problem_fast_p(
         self,
-        thresholds: Iterable[float] = (0, 1, 1.5, 2),
+        thresholds: Iterable[float] = FAST_P,
         problem: str | None = None,
         *,
         device_name: str | None = None,
         size: str | None = None,
     ) -> dict[float, float]:
-        """fast_p over problems: the fraction of evaluated problems whose best correct solution has speedup > p
-        (best-of-k; KernelBench's per-sample fast_p is kforge.kernelbench.fast_p, and the two agree when every
-        problem has one sample). Correct runs without a timed speedup do not count. {} if nothing is evaluated."""
+        """fast_p over problems (best-of-k, db.metrics): the fraction of evaluated problems whose best correct
+        solution has speedup > p. Correct runs without a timed speedup do not count. {} if nothing is evaluated."""
         n, best = self._best_speedups(_tally_filters(problem, device_name, size))
-        if n == 0:
-            return {}
-        return {float(p): sum(b > p for b in best) / n for p in thresholds}
+        return fast_p(best, n, thresholds)
 
     @guarded
     def geomean_speedup(
         self, problem: str | None = None, *, device_name: str | None = None, size: str | None = None
     ) -> float | None:
         """Geometric mean of the per-problem best correct speedups; None when there are none."""
-        _, best = self._best_speedups(_tally_filters(problem, device_name, size))
-        return math.exp(math.fsum(map(math.log, best)) / len(best)) if best else None
+        return geomean(self._best_speedups(_tally_filters(problem, device_name, size))[1])
 
     @guarded
     def latest_verdicts(self, problem: str | None = None, level: int | None = None) -> list[tuple[str, float | None]]:

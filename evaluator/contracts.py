@@ -33,6 +33,23 @@ class Status(str, enum.Enum):
     REFERENCE_ERROR = "reference_error"  # kforge's side failed (the problem's reference): no verdict on the candidate
     CORRECT = "correct"
 
+    @property
+    def kforge_failed(self) -> bool:
+        """kforge's own side failed, not the candidate: the command says so and exits 1."""
+        return self is Status.REFERENCE_ERROR
+
+    @property
+    def reusable(self) -> bool:
+        """A stored verdict that stands for the same code judged again on the same device and size: every one
+        but kforge's own failures, which said nothing about the code."""
+        return not self.kforge_failed
+
+    @property
+    def judged(self) -> bool:
+        """Whether the code was judged at all: `skipped` never ran it (CUDA code without a GPU) and kforge's own
+        failures said nothing about it, so neither counts as an evaluated sample."""
+        return self is not Status.SKIPPED and not self.kforge_failed
+
 
 class Limits(BaseModel):
     """Resource limits for one candidate child process."""

@@ -5,6 +5,7 @@ module, so command modules import it and never each other."""
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -69,6 +70,11 @@ def _DatabaseError() -> type[Exception]:  # noqa: N802 - a class, loaded when an
     from db import DatabaseError
 
     return DatabaseError
+
+
+def problems_dir() -> Path | None:
+    """KFORGE_PROBLEMS_DIR, handed to every registry call (the registry reads no environment)."""
+    return Settings().problems_dir
 
 
 def open_db(url: str | None) -> Database:

@@ -6,7 +6,6 @@ import csv
 import functools
 import hashlib
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -15,15 +14,16 @@ from typing import TYPE_CHECKING, Annotated, Iterable, Optional
 import typer
 from rich.table import Table
 
+from db import metrics
 from evaluator.contracts import CandidateJob, EvalSettings, Status
 from evaluator.static import check_source
-from judging.reuse import Backend, Judged, evaluate_and_record, split_stored
+from judging.judge import Backend, Judged, judge_and_store
 from kforge import kernelbench, tables
 from kforge.progress import BatchProgress
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
 
 from kforge.app import (DbOpt, DeviceOpt, JsonOpt, ProblemOpt, SizeOpt, UserError, app, err, eval_settings, friendly,
-                        open_db, out, resolve_size, say_compile_plan)
+                        open_db, out, problems_dir, resolve_size, say_compile_plan)
 
 if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands that use them, not at start-up
     from db import Database
@@ -55,12 +55,12 @@ def candidate_file(path: Path) -> tuple[Path, bytes]:
 def problem_for(path: Path, problem: str | None) -> Problem:
     """--problem wins; otherwise solutions/<problem>/<file>.py names it, else a KernelBench kernel file's name."""
     if problem:
-        return resolve_problem(problem)
+        return resolve_problem(problem, problems_dir())
     try:
-        return resolve_problem(path.parent.name)
+        return resolve_problem(path.parent.name, problems_dir())
     except ProblemError:
         if kernelbench.sample_of(path):
-            return kernelbench.problems_for([path], list_problems())[path]
+            return kernelbench.problems_for([path], list_problems(problems_dir()))[path]
         raise UserError(f"cannot infer the problem of {path} (its folder '{path.parent.name}' is no problem); pass --problem") from None
 
 
@@ -75,17 +75,14 @@ def verdict_line(judged: Judged) -> dict:
 
 def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSettings, rerun: bool, progress: bool,
              backend: Backend | None = None) -> Iterable[dict]:
-    """Reuse stored verdicts for unchanged code on the same device (unless rerun); evaluate and store the rest."""
-    for job in jobs:
-        kernelbench.record_solution(database, job)
-    reused, todo = split_stored(database, jobs, settings, rerun)
-    for _, judged in reused:
-        yield verdict_line(judged)
-    if todo:
-        say_compile_plan(settings)
-    with BatchProgress(err, len(todo), show=progress) as bar:
-        for judged in evaluate_and_record(database, todo, settings, backend, on_stage=bar.stage):
-            bar.done(judged.verdict.solution_path, judged.verdict.status.value)
+    """Every job judged and stored by judging.judge.judge_and_store, with its KernelBench provenance: a stored verdict
+    of unchanged code on the same device is reused (unless rerun), the rest is evaluated under a progress bar."""
+    submissions = [kernelbench.submission(job) for job in jobs]
+    with BatchProgress(err, show=progress, before=functools.partial(say_compile_plan, settings)) as bar:
+        for judged in judge_and_store(database, submissions, settings, rerun=rerun, backend=backend,
+                                      on_evaluate=bar.start, on_stage=bar.stage):
+            if not judged.reused:
+                bar.done(judged.verdict.solution_path, judged.verdict.status.value)
             yield verdict_line(judged)
 
 
@@ -103,7 +100,7 @@ def emit(lines: Iterable[dict], as_json: bool) -> list[dict]:
         raise
     if not as_json:
         out.print(tables.results(collected))
-    failed = sum(line["status"] == Status.REFERENCE_ERROR.value for line in collected)
+    failed = sum(Status(line["status"]).kforge_failed for line in collected)
     if failed:
         err.print(f"kforge: {failed} candidate(s) not judged: their problem's reference failed (see the causes)",
                   markup=False, highlight=False, soft_wrap=True)
@@ -142,7 +139,7 @@ def prompt(problem: Annotated[str, typer.Argument(help="registered name or path"
 
     if target not in ("cuda", "cpu"):
         raise UserError(f"--target must be cuda or cpu, not '{target}'")
-    print(render_prompt(resolve_problem(problem), target=target, size=resolve_size(size, target)))
+    print(render_prompt(resolve_problem(problem, problems_dir()), target=target, size=resolve_size(size, target)))
 
 
 @app.command()
@@ -153,7 +150,7 @@ def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining Mod
     """Evaluate one candidate file and store the verdict."""
     path, raw = candidate_file(file)
     check = check_source(raw.decode())
-    if check.status and check.status.value == "invalid":
+    if check.status is Status.INVALID:
         raise UserError(f"{path.name}: {check.cause}: not a kforge candidate")
     job = CandidateJob(path=path, problem=problem_for(path, problem), source=raw)
     settings = eval_settings(device, size)
@@ -167,8 +164,8 @@ def collect(directory: Path, problem: str | None) -> list[CandidateJob]:
     (its problem imported by `kforge problems import`); all of them with --problem."""
     if not directory.is_dir():
         raise UserError(f"no such directory: {directory}")
-    fixed = resolve_problem(problem) if problem else None
-    known = {p.name: p for p in list_problems()}
+    fixed = resolve_problem(problem, problems_dir()) if problem else None
+    known = {p.name: p for p in list_problems(problems_dir())}
     paths = sorted(directory.rglob("*.py"))
     samples = {} if fixed else kernelbench.problems_for([p for p in paths if p.parent.name not in known], known.values())
     jobs, skipped = [], []
@@ -216,11 +213,10 @@ def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt =
     PyTorch. A sample is a stored solution on one device and size, judged by its latest evaluation; `skipped` ones
     never ran and do not count. Published numbers are per level: compare with --level."""
     database = open_db(db)
-    name = resolve_problem(problem).name if problem else None
+    name = resolve_problem(problem, problems_dir()).name if problem else None
     rows = [r.model_dump(mode="json") for r in database.leaderboard(name) if level is None or r.level == level]
-    fast, samples = kernelbench.fast_p(database, kernelbench.FAST_P, name, level)
-    best = [r["best_speedup"] for r in rows if r["best_speedup"]]
-    geomean = math.exp(math.fsum(map(math.log, best)) / len(best)) if best else None  # = database.geomean_speedup
+    fast, samples = kernelbench.fast_p(database, problem=name, level=level)
+    geomean = metrics.geomean(r["best_speedup"] for r in rows if r["best_speedup"])
     summary = {"fast_p": fast, "samples": samples, "geomean_speedup": geomean}
     if as_json:
         print(json.dumps({"problems": rows, **summary}, indent=1))

@@ -14,7 +14,7 @@ from rich.table import Table
 from pydantic import ValidationError
 
 from db import Database, DatabaseError
-from evaluator import EvalSettings, EvaluatorError
+from evaluator import EvalSettings, EvaluatorError, Status
 from kforge import tables
 from pipeline import runs
 from pipeline.archive import ArchiveConfig
@@ -25,7 +25,8 @@ from pipeline.llm import LLMError, LLMSettings, OpenAIChat, Provider
 from pipeline.loop import DEFAULT_OUT, Candidate, Loop, RunConfig, RunResult
 from pipeline.replay import ReplayProvider
 from pipeline.retrieval import RetrievalConfig
-from kforge.app import UserError, eval_settings, open_db, say_compile_plan
+from kforge.app import UserError, eval_settings, open_db, problems_dir, say_compile_plan
+from kforge.settings import LLMEnv
 from reference_problems import Problem, ProblemError, resolve_problem
 
 out = Console()
@@ -54,7 +55,7 @@ def best_table(results: list[RunResult]) -> Table:
             continue
         line = candidate_line(best)
         tokens = f"{sum(c.usage.prompt_tokens for c in r.candidates)}/{sum(c.usage.completion_tokens for c in r.candidates)}"
-        style = "green" if line["status"] == "correct" else "red"
+        style = "green" if line["status"] == Status.CORRECT else "red"
         speedup = f"{line['speedup']:.3g}x" if line["speedup"] else "-"
         table.add_row(r.problem, f"[{style}]{line['status']}[/]", speedup, str(best.turn), str(len(r.candidates)),
                       tokens, Path(line["path"]).name if line["path"] else "-", line["cause"])
@@ -173,7 +174,7 @@ def _budget(tokens: int | None, usd: float | None, seconds: float | None, candid
 def _prepare(spec: runs.RunSpec, prices: Path | None) -> tuple[list[Problem], list[Provider], LLMSettings, EvalSettings]:
     """The spec's problems, providers (one per model), LLM settings and evaluation settings, each checked (one-line
     errors)."""
-    problems = [resolve_problem(name) for name in spec.problems]
+    problems = [resolve_problem(name, problems_dir()) for name in spec.problems]
     llm = _llm_settings(spec, prices)
     settings = eval_settings(spec.device or None, spec.size)
     if spec.replay:
@@ -188,7 +189,7 @@ def _prepare(spec: runs.RunSpec, prices: Path | None) -> tuple[list[Problem], li
 
 def _llm_settings(spec: runs.RunSpec, prices: Path | None) -> LLMSettings:
     try:
-        llm = LLMSettings(**{k: v for k, v in (("model", spec.model), ("base_url", spec.base_url)) if v})
+        llm = LLMEnv(**{k: v for k, v in (("model", spec.model), ("base_url", spec.base_url)) if v}).settings()
     except ValidationError as exc:
         raise UserError(f"KFORGE_LLM_*: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}") from None
     return llm.model_copy(update={"prices": PriceTable.load(prices)}) if prices else llm

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from kforge.app import DbOpt, JsonOpt, UserError, app, err, friendly, open_db, out, sandbox_mode
+from kforge.app import DbOpt, JsonOpt, UserError, app, err, friendly, open_db, out, problems_dir, sandbox_mode
 from reference_problems import import_problems, list_problems, user_problem_dir
 
 problems_app = typer.Typer(help="List the registered problems, or import KernelBench ones.", invoke_without_command=True)
@@ -22,7 +22,7 @@ def report(out_dir: Annotated[Path, typer.Option("--html", help="directory to wr
     """Render the stored results as a static HTML leaderboard (no network needed to view it)."""
     from kforge.report import write_report  # jinja2 and the db load when a report is written
 
-    index = write_report(open_db(db), out_dir, sandbox_mode())
+    index = write_report(open_db(db), out_dir, sandbox_mode(), problems_dir())
     out.print(f"wrote {index}  (open file://{index.resolve()} in a browser)", markup=False, highlight=False, soft_wrap=True)
 
 
@@ -71,7 +71,7 @@ def import_(file: Annotated[Path, typer.Argument(help="a `kforge export --jsonl`
 @friendly
 def _list_problems(as_json: bool) -> None:
     rows = [{"name": p.name, "level": p.meta.level, "atol": p.meta.atol, "rtol": p.meta.rtol,
-             "description": p.meta.description, "path": str(p.path)} for p in list_problems()]
+             "description": p.meta.description, "path": str(p.path)} for p in list_problems(problems_dir())]
     if as_json:
         print(json.dumps(rows, indent=1))
         return
@@ -95,12 +95,12 @@ def problems_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 def problems_import(path: Annotated[Path, typer.Argument(help="KernelBench checkout (or its level folders)")],
                     as_json: JsonOpt = False) -> None:
     """Copy KernelBench problem files (levelN/NN_name.py) into the user problem dir, so --problem NAME finds them."""
-    imported, skipped = import_problems(path)
+    imported, skipped = import_problems(path, problems_dir())
     if as_json:
         print(json.dumps({"imported": [{"name": p.name, "level": p.meta.level, "path": str(p.path)} for p in imported],
                           "skipped": [{"path": str(f), "reason": why} for f, why in skipped]}, indent=1))
         return
-    table = Table(title=f"imported into {user_problem_dir()}")
+    table = Table(title=f"imported into {user_problem_dir(problems_dir())}")
     for col in ("name", "level"):
         table.add_column(col)
     for p in imported:

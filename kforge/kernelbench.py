@@ -1,4 +1,4 @@
-"""KernelBench compatibility: its generated-kernel layout, and its fast_p.
+"""KernelBench compatibility: its generated-kernel layout, and its fast_p over samples (the formula: db.metrics).
 
 KernelBench (github.com/ScalingIntelligence/KernelBench) writes every generated kernel flat into a run directory as
 `level_{L}_problem_{P}_sample_{S}_kernel.py`. P is the NN of the problem file `levelL/NN_name.py`, which
@@ -7,26 +7,22 @@ KernelBench (github.com/ScalingIntelligence/KernelBench) writes every generated 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from judging import record
+from db import metrics
+from evaluator.contracts import CandidateJob, Status
+from judging.judge import Submission
 from reference_problems import Problem, ProblemError
 from reference_problems.registry import LEVEL_DIR
 
 if TYPE_CHECKING:  # annotations only: the CLI's start-up must not load SQLAlchemy
     from db import Database
-    from evaluator.contracts import CandidateJob
 
 SAMPLE_FILE = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py")
 PROBLEM_ID = re.compile(r"(\d+)_")  # levelL/NN_name.py
-FAST_P = (0.0, 1.0, 1.5, 2.0)
-# verdicts that never judged the sample (CUDA code without a GPU; the problem's reference failed): not evaluated samples
-NOT_RUN = ("skipped", "reference_error")
 
 
 class Sample(NamedTuple):
@@ -80,24 +76,21 @@ def problems_for(paths: Iterable[Path], problems: Iterable[Problem]) -> dict[Pat
     return found
 
 
-def record_solution(database: Database, job: CandidateJob) -> str:
-    """record.record_solution; a KernelBench sample is stored as origin 'generated', with its tag as seed_id."""
+def submission(job: CandidateJob) -> Submission:
+    """The job as judging stores it: a KernelBench sample as origin 'generated', with its tag as seed_id."""
     sample = sample_of(job.path)
     if sample is None:
-        return record.record_solution(database, job)
-    return record.record_solution(database, job, origin="generated", seed_id=sample.tag)
+        return Submission(job=job)
+    return Submission(job=job, origin="generated", seed_id=sample.tag)
 
 
-def fast_p(database: Database, thresholds: Iterable[float] = FAST_P, problem: str | None = None,
+def fast_p(database: Database, thresholds: Iterable[float] = metrics.FAST_P, problem: str | None = None,
            level: int | None = None) -> tuple[dict[float, float], int]:
     """KernelBench's fast_p: of ALL evaluated samples, the fraction that are correct AND have speedup > p
-    (KernelBench's score.py: count(correct and speedup > p) / n, n = every sample). Returns ({p: fraction}, n);
-    ({}, 0) when nothing is evaluated. A sample is a stored solution on one device and size, judged by its latest
-    stored evaluation (reruns do not count twice); a `skipped` or `reference_error` verdict never judged it, so it is
-    no evaluated sample.
+    (db.metrics.fast_p over samples). Returns ({p: fraction}, n); ({}, 0) when nothing is evaluated. A sample is a
+    stored solution on one device and size, judged by its latest stored evaluation (reruns do not count twice); a
+    verdict that did not judge the code (Status.judged: `skipped`, kforge's own failure) is no evaluated sample.
     Identical code is stored once, so two samples with the same source count once."""
-    verdicts = [(status, speedup) for status, speedup in database.latest_verdicts(problem, level) if status not in NOT_RUN]
-    if not verdicts:
-        return {}, 0
-    speedups = [speedup for status, speedup in verdicts if status == "correct" and speedup is not None]
-    return {float(p): sum(x > p for x in speedups) / len(verdicts) for p in thresholds}, len(verdicts)
+    judged = [(status, speedup) for status, speedup in database.latest_verdicts(problem, level) if Status(status).judged]
+    speedups = [speedup for status, speedup in judged if status == Status.CORRECT and speedup is not None]
+    return metrics.fast_p(speedups, len(judged), thresholds), len(judged)

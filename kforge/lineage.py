@@ -9,8 +9,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from db import EvaluationRow, GenerationRow, SolutionRow
+from evaluator.contracts import Status
 
-CORRECT = "correct"
 SPREAD = 0.7  # the calls of one turn share this much of the x axis around the turn
 
 DeviceSize = tuple[str, str]  # (device_name, size): one board of the report
@@ -29,12 +29,12 @@ class Call:
 
     @property
     def correct(self) -> bool:
-        return any(ev.status == CORRECT for ev in self.verdicts.values())
+        return any(ev.status == Status.CORRECT for ev in self.verdicts.values())
 
     def speedup(self, board: DeviceSize) -> float | None:
         """The speedup on a board, only where the answer is correct and timed."""
         ev = self.verdicts.get(board)
-        return ev.speedup if ev and ev.status == CORRECT and ev.speedup else None
+        return ev.speedup if ev and ev.status == Status.CORRECT and ev.speedup else None
 
 
 @dataclass(frozen=True)

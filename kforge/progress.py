@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -14,17 +15,27 @@ _STAGES = ("compiling", "waiting", "running")
 
 
 class BatchProgress:
-    """Counts per stage, updated from the evaluator's worker threads; a rich bar when `show` (a terminal run)."""
+    """Counts per stage, updated from the evaluator's worker threads; a rich bar when `show` (a terminal run). It
+    starts once the batch's size is known (start), after `before` has had its say; a batch that evaluates nothing
+    shows and says nothing."""
 
-    def __init__(self, console: Console, total: int, show: bool):
-        self.console, self.total, self.started = console, total, time.monotonic()
+    def __init__(self, console: Console, show: bool, before: Callable[[], None]):
+        self.console, self.show, self.before = console, show, before
+        self.total, self.started = 0, 0.0
         self.where: dict[str, str] = {}
         self.judged: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self.bar: Progress | None = None
+
+    def start(self, total: int) -> None:
+        """Before the first compile: how many candidates will be evaluated."""
+        self.before()
+        self.total, self.started = total, time.monotonic()
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
-                            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
-                            disable=not show or not total, transient=True)
+                            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=self.console,
+                            disable=not self.show, transient=True)
         self.task = self.bar.add_task(self._describe(), total=total)
+        self.bar.__enter__()
 
     def _describe(self) -> str:
         counts = Counter(self.where.values())
@@ -42,11 +53,11 @@ class BatchProgress:
             self.bar.update(self.task, advance=1, description=self._describe())
 
     def __enter__(self) -> "BatchProgress":
-        self.bar.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.bar.__exit__(*exc)
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
         if self.total:
             counts = ", ".join(f"{status} {n}" for status, n in self.judged.most_common())
             left = self.total - sum(self.judged.values())

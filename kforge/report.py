@@ -15,14 +15,12 @@ from pathlib import Path
 
 import jinja2
 
-from db import Database, EvaluationRow, LeaderRow, ProblemRow, SolutionRow
-from kforge.kernelbench import FAST_P
+from db import Database, EvaluationRow, LeaderRow, ProblemRow, SolutionRow, metrics
+from evaluator.contracts import Status
 from kforge.lineage import Call, DeviceSize, Lineage, lineages
 from kforge.speed_of_light import Achieved, Cost, achieved, costs
 from reference_problems import Problem, ProblemError, list_problems
 from reference_problems.registry import load_problem_file
-
-CORRECT = "correct"
 
 
 # -- formatting ----------------------------------------------------------------------------------
@@ -264,7 +262,7 @@ class Candidate:
 
     @property
     def best_speedup(self) -> float | None:
-        return max((r.row.speedup for r in self.runs if r.row.status == CORRECT and r.row.speedup), default=None)
+        return max((r.row.speedup for r in self.runs if r.row.status == Status.CORRECT and r.row.speedup), default=None)
 
 
 def _speed_of_light(cost: Cost | None, size: str, ms: float | None, device_name: str) -> Achieved | None:
@@ -274,9 +272,9 @@ def _speed_of_light(cost: Cost | None, size: str, ms: float | None, device_name:
     return achieved(cost, ms / 1e3, device_name)
 
 
-def _problem_files(stored: list[ProblemRow]) -> list[Problem]:
+def _problem_files(stored: list[ProblemRow], user_dir: Path | None) -> list[Problem]:
     """The registered file of each stored problem, else the file at its stored path (if still there)."""
-    registered = {p.name: p for p in list_problems()}
+    registered = {p.name: p for p in list_problems(user_dir)}
     found = []
     for row in stored:
         try:
@@ -286,26 +284,22 @@ def _problem_files(stored: list[ProblemRow]) -> list[Problem]:
     return found
 
 
-def _geomean(values: list[float]) -> float | None:
-    return math.exp(math.fsum(map(math.log, values)) / len(values)) if values else None
-
-
 def _model_line(model: str, runs: list[EvaluationRow]) -> ModelLine:
     best: dict[str, float] = {}
     for r in runs:
-        if r.status == CORRECT and r.speedup:
+        if r.status == Status.CORRECT and r.speedup:
             best[r.problem] = max(r.speedup, best.get(r.problem, 0.0))
     attempted = len({r.problem for r in runs})
     return ModelLine(
         model=model,
         candidates=len({r.solution_sha256 for r in runs}),
         evaluations=len(runs),
-        correct_rate=sum(r.status == CORRECT for r in runs) / len(runs),
+        correct_rate=sum(r.status == Status.CORRECT for r in runs) / len(runs),
         attempted=attempted,
-        solved=len({r.problem for r in runs if r.status == CORRECT}),
-        fast_1=sum(b > 1 for b in best.values()) / attempted,
+        solved=len({r.problem for r in runs if r.status == Status.CORRECT}),
+        fast_1=metrics.fast_p(best.values(), attempted, (1.0,))[1.0],
         best=max(best.values(), default=None),
-        geomean=_geomean(list(best.values())),
+        geomean=metrics.geomean(best.values()),
     )
 
 
@@ -320,12 +314,12 @@ def _models(runs: list[EvaluationRow]) -> list[ModelLine]:
 def _board(db: Database, device_name: str, size: str, runs: list[EvaluationRow], cost: dict[str, Cost]) -> Board:
     rows = [r for r in db.leaderboard(device_name=device_name, size=size) if r.n_evaluations]
     best = sorted({r.best_speedup for r in rows if r.best_speedup})
-    timed = [r.speedup for r in runs if r.status == CORRECT and r.speedup]
+    timed = [r.speedup for r in runs if r.status == Status.CORRECT and r.speedup]
     return Board(
         device_name=device_name,
         size=size,
         rows=[(r, _speed_of_light(cost.get(r.problem), size, r.candidate_ms, device_name)) for r in rows],
-        fast_p=db.problem_fast_p(FAST_P, device_name=device_name, size=size),
+        fast_p=db.problem_fast_p(metrics.FAST_P, device_name=device_name, size=size),
         geomean=db.geomean_speedup(device_name=device_name, size=size),
         models=_models(runs),
         curve=fast_p_chart(db.problem_fast_p([0.0, *best], device_name=device_name, size=size), best[-1] * 1.05) if best else None,
@@ -350,7 +344,7 @@ def _candidates(db: Database, solutions: list[SolutionRow], runs: list[Evaluatio
         if s.parent_sha256:
             children[s.parent_sha256].append(s)
     for r in runs:
-        sol = _speed_of_light(cost.get(r.problem), r.size, r.candidate_ms, r.device_name) if r.status == CORRECT else None
+        sol = _speed_of_light(cost.get(r.problem), r.size, r.candidate_ms, r.device_name) if r.status == Status.CORRECT else None
         runs_of[r.solution_sha256].append(Run(r, sol))
     return [Candidate(s, runs_of[s.sha256], db.solution_lineage(s.sha256)[1:], children[s.sha256]) for s in solutions]
 
@@ -362,11 +356,12 @@ def _render(env: jinja2.Environment, template: str, path: Path, **context: objec
     path.write_text(env.get_template(template).render(**context))
 
 
-def write_report(db: Database, out_dir: Path, sandbox: str = "strict") -> Path:
+def write_report(db: Database, out_dir: Path, sandbox: str = "strict", user_dir: Path | None = None) -> Path:
     """Renders the report into out_dir (created; files of an earlier report are overwritten) and
-    returns the path of its index.html. `sandbox` is the mode the problems' introspection children run under."""
+    returns the path of its index.html. `sandbox` is the mode the problems' introspection children run under;
+    `user_dir` the user's problem dir (reference_problems.user_problem_dir)."""
     runs, solutions = db.evaluations(), db.solutions()
-    cost = costs(_problem_files(db.problems()), sandbox)
+    cost = costs(_problem_files(db.problems(), user_dir), sandbox)
     candidates = _candidates(db, solutions, runs, cost)
     lines = {lin.problem: lin for lin in lineages(db.generations(), solutions, runs)}
     env, stamp = _environment(), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

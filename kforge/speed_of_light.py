@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import NamedTuple
 
+from db.metrics import fraction_of_peak
 from evaluator.contracts import EvaluatorError
 from evaluator.hardware import peak
 from evaluator.parent.introspect import introspect
@@ -39,7 +40,7 @@ def achieved(cost: Cost, seconds: float, device_name: str) -> Achieved:
     device_peak = peak(device_name)
     if device_peak is None:
         return Achieved(bw, fl, None, None)
-    return Achieved(bw, fl, bw and bw / device_peak.bytes_per_s, fl and fl / device_peak.flops_per_s)
+    return Achieved(bw, fl, fraction_of_peak(bw, device_peak.bytes_per_s), fraction_of_peak(fl, device_peak.flops_per_s))
 
 
 def costs(problems: list[Problem], sandbox: str = "strict") -> dict[str, Cost]:

@@ -13,6 +13,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from evaluator.contracts import Status
+
 if TYPE_CHECKING:
     from db import Database, SpendRow
 
@@ -69,11 +71,11 @@ def results(lines: list[dict]) -> Group:
     _numbers(table, "speedup", "cand ms", "ref ms", "#")
     notes = []
     for n, ln in enumerate(lines, 1):
-        style = "green" if ln["status"] == "correct" else "red"
+        style = "green" if ln["status"] == Status.CORRECT else "red"
         table.add_row(_named(ln["problem"], short_name(ln["path"], ln["solution_sha256"][:12])),
                       f"[{style}]{ln['status']}[/]", fmt(ln["speedup"]), fmt(ln["candidate_ms"]), fmt(ln["reference_ms"]),
                       str(n))
-        if ln["status"] != "correct" and (ln["cause"] or ln["hint"]):
+        if ln["status"] != Status.CORRECT and (ln["cause"] or ln["hint"]):
             note = Text(f"[{n}] ", style="bold")
             note.append(ln["cause"] or "")
             if ln["hint"]:

@@ -9,6 +9,7 @@ import json
 from typing import IO
 
 from db import Database, EvaluationRow, GenerationRow
+from evaluator.contracts import Status
 from kforge.lineage import judged_as
 from pipeline.archive import ArchiveConfig
 from pipeline.features import cell_of
@@ -52,7 +53,7 @@ def _line(g: GenerationRow, by_id: dict, solutions: dict, verdicts: dict, judged
 
 def _cell(g: GenerationRow, solution, ev: EvaluationRow | None, edges: dict, database: Database) -> str | None:
     """The MAP-Elites cell of a correct answer, by its run's archive settings (none without an archive)."""
-    if g.run_id is None or solution is None or ev is None or ev.status != "correct" or not ev.speedup:
+    if g.run_id is None or solution is None or ev is None or ev.status != Status.CORRECT or not ev.speedup:
         return None
     if g.run_id not in edges:
         run = database.get_run(g.run_id)

@@ -6,7 +6,6 @@ import time
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.ledger import PriceTable, Usage
 
@@ -47,10 +46,9 @@ class Provider(Protocol):
     def complete(self, request: LLMRequest) -> LLMResponse: ...
 
 
-class LLMSettings(BaseSettings):
-    """KFORGE_LLM_* environment variables; CLI flags override base_url and model."""
-
-    model_config = SettingsConfigDict(env_prefix="KFORGE_LLM_")
+class LLMSettings(BaseModel):
+    """How to reach and pay for a model. The pipeline reads no environment: `kforge generate` fills these from the
+    KFORGE_LLM_* variables (kforge.settings.LLMEnv), its flags overriding base_url and model."""
 
     base_url: str | None = None  # None: the openai package's default (api.openai.com)
     model: str | None = None
@@ -59,7 +57,7 @@ class LLMSettings(BaseSettings):
     max_retries: int = 5  # on 408/409/429/5xx and connection errors, exponential backoff (openai's own)
     temperature: float | None = None
     max_tokens: int | None = None
-    prices: PriceTable = Field(default_factory=PriceTable)  # KFORGE_LLM_PRICES='{"MODEL": {"prompt": 3, "completion": 15}}'
+    prices: PriceTable = Field(default_factory=PriceTable)  # per model: {"MODEL": {"prompt": 3, "completion": 15}}
 
 
 class OpenAIChat:

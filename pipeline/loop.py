@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field
 from db import Database
 from evaluator import CandidateJob, EvalSettings, Evidence, Profile, Status, Verdict, profile
 from evaluator.hardware import device_name
-from judging.record import record_solution, record_verdict, register_problem
-from judging.reuse import NOT_REUSED, evaluate_and_record, split_stored, verdict_from_row
+from judging.judge import Submission, judge_and_store
+from judging.record import register_problem
 from pipeline import cache
 from pipeline.archive import Archive, ArchiveConfig, Pick, island_of
 from pipeline.bandit import Bandit, BanditConfig, improvement
@@ -289,25 +289,12 @@ class Loop:
         return candidate
 
     def _judge(self, problem: Problem, drawn: list[Candidate]) -> list[Candidate]:
-        """Store each file; code already judged on this device keeps its verdict (a resumed run compiles nothing
-        twice), and so does code whose normalized form was judged; the rest is judged, each distinct code once, and
-        every new verdict stored."""
-        files = [c for c in drawn if c.path is not None]
-        jobs = [CandidateJob(path=c.path, problem=problem, source=c.extraction.code.encode()) for c in files]
-        for job, c in zip(jobs, files):
-            self._store(job, c)
-        reused, todo = split_stored(self.database, jobs, self.settings)
-        verdicts = {job.path: judged.verdict for job, judged in reused}
-        unreadable = {c.path: c.extraction for c in files if not c.extraction.ok}
-        for job in todo:
-            if job.path in unreadable:
-                verdicts[job.path] = static_verdict(unreadable[job.path], job.path, problem, self.settings)
-                record_verdict(self.database, verdicts[job.path])
-        runnable, twins = self._twins(problem, [job for job in todo if job.path not in unreadable], verdicts)
-        verdicts.update((Path(judged.verdict.solution_path), judged.verdict)
-                        for judged in evaluate_and_record(self.database, runnable, self.settings))
-        for path, twin in twins.items():
-            verdicts[path] = verdicts[twin]
+        """Every answer with code judged and stored by judging.judge.judge_and_store: code judged on this device keeps
+        its verdict (a resumed run compiles nothing twice), and so does code whose normalized form was judged; an
+        unreadable answer gets its static verdict; the rest is judged, each distinct code once, every verdict stored."""
+        submissions = [self._submission(problem, c) for c in drawn if c.path is not None]
+        verdicts = {judged.job.path: judged.verdict
+                    for judged in judge_and_store(self.database, submissions, self.settings)}
         for c in drawn:
             c.verdict = verdicts.get(c.path)
             if c.verdict is not None and c.path.stem != c.verdict.solution_sha256:
@@ -315,24 +302,14 @@ class Loop:
             self.events("judged", c)
         return drawn
 
-    def _twins(self, problem: Problem, jobs: list[CandidateJob],
-               verdicts: dict[Path, Verdict]) -> tuple[list[CandidateJob], dict[Path, Path]]:
-        """(jobs to evaluate, {path: the path of its twin in this batch}). A job whose normalized code has a stored
-        verdict gets it in verdicts; of twins within the batch only the first is evaluated."""
-        todo, twins, first = [], {}, {}
-        where = device_name(self.settings.device)
-        for job in jobs:
-            key = normalized_sha256(job.text)
-            if key is not None and key in first:
-                twins[job.path] = first[key]
-                continue
-            row = key and self.database.find_twin_evaluation(problem.name, key, where, self.settings.size)
-            if row and row.status not in NOT_REUSED:
-                verdicts[job.path] = verdict_from_row(row)
-                continue
-            first[key] = job.path
-            todo.append(job)
-        return todo, twins
+    def _submission(self, problem: Problem, c: Candidate) -> Submission:
+        """The answer's code with its lineage (the call that wrote it, the parent it refines), and the verdict of an
+        answer that cannot be run."""
+        job = CandidateJob(path=c.path, problem=problem, source=c.extraction.code.encode())
+        static = None if c.extraction.ok else static_verdict(c.extraction, c.path, problem, self.settings)
+        return Submission(job=job, origin="repair" if c.turn else "generated", model=c.model,
+                          parent_sha256=c.parent_sha256, normalized_sha256=normalized_sha256(job.text),
+                          generation_id=c.generation_id, verdict=static)
 
     def _grow(self, archive: Archive, drawn: list[Candidate], turn: int) -> list[tuple[int, int, str]]:
         """Correct candidates enter their island's grid; every migration_interval turns the best of each island
@@ -364,11 +341,3 @@ class Loop:
             row = correct and c.parent_sha256 and self.database.find_evaluation(c.parent_sha256, v.device_name, v.size)
             parent = row.speedup if row and row.status == Status.CORRECT.value else None
             self.bandit.tell(c.arm, c.usage, c.cost_usd, improvement(v.speedup if correct else None, parent))
-
-    def _store(self, job: CandidateJob, c: Candidate) -> None:
-        """The candidate's code as a solution; code already stored (the parent itself, an earlier answer) is no child
-        of this parent, or lineage could loop."""
-        parent_sha = c.parent_sha256 if self.database.get_solution(job.sha256) is None else None
-        record_solution(self.database, job, origin="repair" if c.turn else "generated", model=c.model,
-                        parent_sha256=parent_sha, normalized_sha256=normalized_sha256(job.text))
-        self.database.set_generation_solution(c.generation_id, job.sha256)

@@ -12,7 +12,6 @@ correct one on the same device and size and at least `min_speedup` times as fast
 from __future__ import annotations
 
 import ast
-import math
 import re
 from pathlib import Path
 

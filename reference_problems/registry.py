@@ -1,10 +1,11 @@
-"""Find and validate problem files by static analysis: the parent process never executes problem or candidate code."""
+"""Find and validate problem files by static analysis: the parent process never executes problem or candidate code.
+The user's problem dir is a parameter (None: ~/.kforge/problems): the registry reads no environment, the app hands
+in KFORGE_PROBLEMS_DIR."""
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import os
 import re
 import shutil
 from pathlib import Path
@@ -13,7 +14,6 @@ from pydantic import BaseModel, Field, ValidationError
 
 PROBLEM_DIR = Path(__file__).resolve().parent
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
-USER_DIR_ENV = "KFORGE_PROBLEMS_DIR"
 LEVEL_DIR = re.compile(r"level(\d+)")  # KernelBench's layout: level1/NN_name.py
 
 
@@ -79,9 +79,9 @@ def _folder_level(path: Path) -> int:
     return int(match.group(1)) if match else 1
 
 
-def user_problem_dir() -> Path:
-    """Where `kforge problems import` puts problem files: $KFORGE_PROBLEMS_DIR or ~/.kforge/problems."""
-    return Path(os.environ.get(USER_DIR_ENV) or Path.home() / ".kforge" / "problems")
+def user_problem_dir(user_dir: Path | None = None) -> Path:
+    """Where `kforge problems import` puts problem files: user_dir, else ~/.kforge/problems."""
+    return Path(user_dir) if user_dir else Path.home() / ".kforge" / "problems"
 
 
 def load_problem_file(path: Path) -> Problem:
@@ -109,20 +109,21 @@ def _level_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if LEVEL_DIR.fullmatch(p.parent.name))
 
 
-def list_problems() -> list[Problem]:
+def list_problems(user_dir: Path | None = None) -> list[Problem]:
     """Every problem in reference_problems/ and the user problem dir, sorted by level then name."""
     files = [p for p in PROBLEM_DIR.glob("*.py") if not p.name.startswith("_") and p.name != "registry.py"]
-    files += _level_files(user_problem_dir()) if user_problem_dir().is_dir() else []
+    user = user_problem_dir(user_dir)
+    files += _level_files(user) if user.is_dir() else []
     return sorted((load_problem_file(p) for p in files), key=lambda p: (p.meta.level, p.name))
 
 
-def import_problems(root: Path) -> tuple[list[Problem], list[tuple[Path, str]]]:
+def import_problems(root: Path, user_dir: Path | None = None) -> tuple[list[Problem], list[tuple[Path, str]]]:
     """Copies KernelBench files (root/.../levelN/*.py) into the user problem dir, keeping levelN/ so that
     level and name survive; returns (imported, [(skipped file, why)]). Re-importing a file is a no-op."""
     if not Path(root).is_dir():
         raise ProblemError(f"no such directory: {root}")
-    dest = user_problem_dir().resolve()
-    taken = {p.name: p.path for p in list_problems()}
+    dest = user_problem_dir(user_dir).resolve()
+    taken = {p.name: p.path for p in list_problems(user_dir)}
     imported, skipped = [], []
     for path in _level_files(Path(root).resolve()):
         target = dest / path.parent.name / path.name
@@ -142,12 +143,13 @@ def import_problems(root: Path) -> tuple[list[Problem], list[tuple[Path, str]]]:
     return imported, skipped
 
 
-def resolve_problem(name_or_path: str) -> Problem:
+def resolve_problem(name_or_path: str, user_dir: Path | None = None) -> Problem:
     """A registered name, or a path to any KernelBench-format .py file."""
     if name_or_path.endswith(".py") or "/" in name_or_path:
         return load_problem_file(Path(name_or_path))
-    for problem in list_problems():
+    problems = list_problems(user_dir)
+    for problem in problems:
         if problem.name == name_or_path:
             return problem
-    known = ", ".join(p.name for p in list_problems())
+    known = ", ".join(p.name for p in problems)
     raise ProblemError(f"unknown problem '{name_or_path}' (known: {known})")

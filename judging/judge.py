@@ -1,0 +1,140 @@
+"""Judge-and-store, written once for every caller (the CLI's submit and evaluate, the agent loop): a candidate's code
+is stored with its lineage; a stored verdict that stands for it is reused (judging.reuse); a verdict its caller
+reached without the evaluator is stored as it is; the rest is evaluated, each normalized code once, and every new
+verdict stored as it comes."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
+
+from pydantic import BaseModel
+
+from evaluator.contracts import CandidateJob, EvalSettings, Verdict
+from judging.record import record_solution, record_verdict
+from judging.reuse import stored_verdict, twin_verdict, verdict_from_row
+
+if TYPE_CHECKING:  # annotations only: the CLI's start-up must not load SQLAlchemy
+    from db import Database, EvaluationRow
+
+Backend = Callable[..., Iterator[Verdict]]
+
+
+class Submission(BaseModel):
+    """One candidate for judge_and_store: its job, the lineage stored with its code (judging.record.record_solution),
+    and what its caller already knows of it."""
+
+    job: CandidateJob
+    origin: str | None = None
+    model: str | None = None
+    parent_sha256: str | None = None
+    seed_id: str | None = None
+    normalized_sha256: str | None = None  # given: a stored verdict of the same normalized code stands for this one,
+    # and of the batch's candidates with the same normalized code only the first is evaluated
+    generation_id: int | None = None  # the LLM call whose answer this is, linked to the stored code
+    verdict: Verdict | None = None  # reached without the evaluator (an answer cut off mid-file): stored as it is
+
+
+class Judged(NamedTuple):
+    verdict: Verdict
+    evaluation_id: int | None
+    reused: bool  # a verdict stored before, or the one of a twin in the same batch
+    job: CandidateJob
+
+
+def judge_and_store(database: Database, submissions: list[Submission], settings: EvalSettings, *,
+                    rerun: bool = False, backend: Backend | None = None,
+                    on_evaluate: Callable[[int], None] | None = None,
+                    on_stage: Callable | None = None) -> Iterator[Judged]:
+    """One Judged per submission, in this order: stored verdicts of the same code; verdicts the callers reached;
+    stored verdicts of the same normalized code; then the evaluated ones as they come, each followed by its twins
+    of the batch. Every code is stored before any verdict is looked up. rerun: no stored verdict is reused.
+    on_evaluate hears how many will be evaluated, before the first compile (only when some will); on_stage hears
+    the local evaluator's progress."""
+    for submission in submissions:
+        _store(database, submission)
+    reused, fresh = _stored(database, submissions, settings, rerun)
+    yield from reused
+    yield from (_static(database, s) for s in fresh if s.verdict is not None)
+    reused, runnable, twins = _first_of_each_code(database, [s for s in fresh if s.verdict is None], settings, rerun)
+    yield from reused
+    if runnable and on_evaluate:
+        on_evaluate(len(runnable))
+    for judged in _evaluate(database, runnable, settings, backend, on_stage):
+        yield judged
+        yield from (judged._replace(reused=True, job=twin) for twin in twins[str(judged.job.path)])
+
+
+def _store(database: Database, submission: Submission) -> None:
+    """The code with its lineage. Code already stored (the parent itself, an earlier answer) is no child of the
+    parent named now, or lineage could loop."""
+    job, parent = submission.job, submission.parent_sha256
+    if parent is not None and database.get_solution(job.sha256) is not None:
+        parent = None
+    record_solution(database, job, origin=submission.origin, model=submission.model, parent_sha256=parent,
+                    seed_id=submission.seed_id, normalized_sha256=submission.normalized_sha256)
+    if submission.generation_id is not None:
+        database.set_generation_solution(submission.generation_id, job.sha256)
+
+
+def _reused(row: EvaluationRow, job: CandidateJob) -> Judged:
+    return Judged(verdict_from_row(row), row.id, True, job)
+
+
+def _stored(database: Database, submissions: list[Submission], settings: EvalSettings,
+            rerun: bool) -> tuple[list[Judged], list[Submission]]:
+    """(the submissions whose own code has a stored verdict here, with it; the others)."""
+    reused, fresh = [], []
+    for submission in submissions:
+        row = None if rerun else stored_verdict(database, submission.job, settings)
+        if row:
+            reused.append(_reused(row, submission.job))
+        else:
+            fresh.append(submission)
+    return reused, fresh
+
+
+def _static(database: Database, submission: Submission) -> Judged:
+    """A verdict reached without the evaluator, stored."""
+    return Judged(submission.verdict, record_verdict(database, submission.verdict), False, submission.job)
+
+
+def _first_of_each_code(database: Database, submissions: list[Submission], settings: EvalSettings,
+                        rerun: bool) -> tuple[list[Judged], list[CandidateJob], dict[str, list[CandidateJob]]]:
+    """(the submissions a stored verdict of their normalized code stands for, with it; the jobs to evaluate;
+    {a job's path: the later jobs of the batch with its normalized code, which take its verdict})."""
+    reused, runnable, twins, first = [], [], defaultdict(list), {}
+    for submission in submissions:
+        job, key = submission.job, submission.normalized_sha256
+        if key is not None and key in first:
+            twins[first[key]].append(job)
+            continue
+        row = None if rerun or key is None else twin_verdict(database, job, key, settings)
+        if row:
+            reused.append(_reused(row, job))
+            continue
+        if key is not None:
+            first[key] = str(job.path)
+        runnable.append(job)
+    return reused, runnable, twins
+
+
+def _evaluate(database: Database, jobs: list[CandidateJob], settings: EvalSettings, backend: Backend | None,
+              on_stage: Callable | None) -> Iterator[Judged]:
+    """Evaluate (the local evaluator unless a backend is given; on_stage hears the local one's progress) and store
+    each verdict as it comes; however the caller stops, the evaluator's children are stopped."""
+    if not jobs:
+        return
+    if backend is None:
+        from evaluator.sandbox.spawn import start_children
+
+        start_children()  # the children's fork server imports torch while this process does, on the next line
+    from evaluator.parent.runner import evaluate  # torch loads here, not when the CLI starts
+
+    backend = backend or evaluate
+    hooks = {"on_stage": on_stage} if on_stage and backend is evaluate else {}
+    by_path = {str(job.path): job for job in jobs}
+    with contextlib.closing(backend(jobs, settings, **hooks)) as verdicts:
+        for verdict in verdicts:
+            yield Judged(verdict, record_verdict(database, verdict), False, by_path[verdict.solution_path])
