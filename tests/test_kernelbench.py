@@ -120,8 +120,7 @@ def test_sample_names(name, sample):
     assert kernelbench.sample_of(Path("runs/my_run") / name) == sample
 
 
-def test_samples_map_to_the_imported_problem_of_their_level(tmp_path, monkeypatch):
-    monkeypatch.setenv("KFORGE_PROBLEMS_DIR", str(tmp_path / "problems"))
+def test_samples_map_to_the_imported_problem_of_their_level(tmp_path):
     for level, stem in ((1, "19_ReLU"), (2, "19_ConvTranspose2d_GELU_GroupNorm"), (1, "1_Square_matrix_multiplication_")):
         (tmp_path / "problems" / f"level{level}").mkdir(parents=True, exist_ok=True)
         (tmp_path / "problems" / f"level{level}" / f"{stem}.py").write_text(RELU_PROBLEM)

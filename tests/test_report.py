@@ -250,16 +250,17 @@ def kernelbench_checkout(root: Path) -> Path:
 
 
 def test_problems_import(app: typer.Typer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KFORGE_PROBLEMS_DIR", str(tmp_path / "user"))
-    n_reference = len(list_problems())
-    imported, skipped = import_problems(kernelbench_checkout(tmp_path / "src"))
+    user = tmp_path / "user"
+    monkeypatch.setenv("KFORGE_PROBLEMS_DIR", str(user))  # the CLI's, below
+    n_reference = len(list_problems(user))
+    imported, skipped = import_problems(kernelbench_checkout(tmp_path / "src"), user)
     assert [(p.name, p.meta.level) for p in imported] == [("1_Linear_ReLU", 1), ("7_Linear_ReLU_fused", 2)]
     assert [f.name for f, _ in skipped] == ["2_broken.py"] and "lacks Model" in skipped[0][1]
-    assert resolve_problem("7_Linear_ReLU_fused").path == tmp_path / "user/level2/7_Linear_ReLU_fused.py"
-    assert len(list_problems()) == n_reference + 2
+    assert resolve_problem("7_Linear_ReLU_fused", user).path == tmp_path / "user/level2/7_Linear_ReLU_fused.py"
+    assert len(list_problems(user)) == n_reference + 2
     res = CliRunner().invoke(app, ["problems", "import", str(tmp_path / "src"), "--json"])  # again: a no-op
     assert res.exit_code == 0 and len(json.loads(res.output)["imported"]) == 2, res.output
-    assert len(list_problems()) == n_reference + 2
+    assert len(list_problems(user)) == n_reference + 2
     listed = json.loads(CliRunner().invoke(app, ["problems", "--json"]).output)
     assert {"1_Linear_ReLU", "avg_pool_1d"} <= {p["name"] for p in listed}
 
