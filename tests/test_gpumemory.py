@@ -18,7 +18,7 @@ from evaluator.parent.jail_spec import jail_spec, probe_layers
 from evaluator.verdict.case import Case, Reference
 from evaluator.verdict.rules import _leak
 from evaluator.sandbox.results import ChildResult
-from evaluator.sandbox.spawn import _JAIL, TOKEN_VAR, scrubbed_env
+from evaluator.sandbox.spawn import _JAIL, _carrying, scrubbed_env
 from reference_problems import resolve_problem
 
 MIB = 2**20
@@ -33,18 +33,6 @@ _ORPHAN = ("import os, time\n"
            "os.wait()\n"
            "print('orphaned', flush=True)\n"
            "time.sleep(60)\n")
-
-
-def _carrying(token: str) -> list[int]:
-    marker = f"{TOKEN_VAR}={token}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.mark.skipif(not probe_layers(Path("/tmp")).get("pid", "").startswith("on"), reason="no PID namespace here")

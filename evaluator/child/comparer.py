@@ -93,9 +93,10 @@ def _received(request: Compare, opened: ipc.Opened) -> list:
     return got
 
 
-def _unseen(meta: dict, t: torch.Tensor) -> tuple[list[int], list[int], bytes]:
+def _unseen(meta: dict, t: torch.Tensor) -> tuple[list[int], list[int], torch.Tensor, bytes]:
     """The glimpse a timed call's output was handed over with, checked against the output's own shape (the
-    steps must be the lattice the harness reads, the bytes as many as its elements)."""
+    steps must be the lattice the harness reads, the bytes as many as its elements): its starts and steps, that
+    lattice of `t`, and the bytes the window read."""
     seen = meta.get("seen")
     if not isinstance(seen, dict):
         raise ValueError("a timed call's output came without what its timed window read of it")
@@ -105,9 +106,10 @@ def _unseen(meta: dict, t: torch.Tensor) -> tuple[list[int], list[int], bytes]:
             or not all(isinstance(a, int) and 0 <= a < b for a, b in zip(start, step)):
         raise ValueError(f"what the timed window read is described as {seen.get('start')} by {seen.get('step')}, not "
                          f"the harness's lattice of a {list(shape)} output")
-    if len(raw) != timing.lattice_of(t, start, step).numel() * t.element_size():
+    lattice = timing.lattice_of(t, start, step)
+    if len(raw) != lattice.numel() * t.element_size():
         raise ValueError(f"what the timed window read holds {len(raw)} bytes, not its lattice's")
-    return start, step, raw
+    return start, step, lattice, raw
 
 
 def late(metas: list, got: list, device: str) -> str:
@@ -117,8 +119,7 @@ def late(metas: list, got: list, device: str) -> str:
     for i, (meta, t) in enumerate(zip(metas, got)):
         if not isinstance(meta, dict) or meta.get("device") != device or t is None or not t.numel():
             continue
-        start, step, raw = _unseen(meta, t)
-        lattice = timing.lattice_of(t, start, step)
+        start, step, lattice, raw = _unseen(meta, t)
         after = lattice.contiguous().reshape(-1).cpu()
         before = torch.frombuffer(bytearray(raw), dtype=t.dtype)
         differs = (before.view(torch.uint8) != after.view(torch.uint8)).nonzero()

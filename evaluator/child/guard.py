@@ -11,7 +11,6 @@ candidate that patches, uses and restores within one call, which the parent's wa
 from __future__ import annotations
 
 import builtins
-import contextlib
 import gc
 import json
 import sys
@@ -44,12 +43,22 @@ def backend_flags() -> dict[str, object]:
     }
 
 
-@contextlib.contextmanager
-def trusted():
-    """For the harness's own tensor work (inputs, checksums, saving): no __torch_function__ or dispatch mode
-    the candidate installed, nor a tensor subclass's overrides, can intercept it."""
-    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
-        yield
+class trusted:
+    """For the harness's own tensor work (inputs, checksums, saving, the reads inside the timed window): no
+    __torch_function__ or dispatch mode the candidate installed, nor a tensor subclass's overrides, can intercept
+    it. A plain class, not a generator: it is entered inside the timed window on both sides, where a generator's
+    frame cost 2.1 us and this 1.3 us."""
+
+    __slots__ = ("_off",)
+
+    def __enter__(self) -> None:
+        self._off = (torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch())
+        for off in self._off:
+            off.__enter__()
+
+    def __exit__(self, *exc) -> None:
+        for off in reversed(self._off):
+            off.__exit__(*exc)
 
 
 def _watched_namespaces(harness: list[types.ModuleType]) -> dict[str, object]:

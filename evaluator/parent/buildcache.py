@@ -48,7 +48,7 @@ Tool = Callable[[list[str], Path], "int | None"]
 
 # -- how a build key's compile ended ----------------------------------------------------------------------------
 
-class Outcome:
+class CompileRecord:
     """How one build key's compile ended, kept in the build root. The key covers source, torch, CUDA, arch and
     Python, so the compile ends the same way again: a compiler error comes back at once, and a finished build
     (its library still in the build dir) needs no compile child at all. Only compiler errors are kept, never a

@@ -80,11 +80,11 @@ def _prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict
 
 
 def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
-    """A compile child, unless the key's compile ended before (buildcache.Outcome): a compiler error comes back
+    """A compile child, unless the key's compile ended before (buildcache.CompileRecord): a compiler error comes back
     from what the parent kept, and a finished build is loaded by the candidate child as it is, which saves a
     process and a torch import (seconds) per candidate on a warm run. The compile child builds in its view of
     the cache; the build is published (and recorded) only when it ended well."""
-    memo = buildcache.Outcome(batch.build_root, prep.build_dir)
+    memo = buildcache.CompileRecord(batch.build_root, prep.build_dir)
     if (failure := memo.failure()) is not None:
         return failure
     if memo.was_built():
