@@ -137,6 +137,8 @@ class SpeedOfLight(BaseModel):
     bound: str  # which peak sets it: "bandwidth" or "flop"
     arithmetic: str  # both bounds worked out
     hardware: str  # the device's peaks, as the prompts show them
+    flops: int | None = None  # of one call at the run's size, as counted: what the report's FLOP/s divide
+    bytes_moved: int | None = None  # of one call at the run's size: what the report's bandwidth divides
 
     def fraction(self, median_ms: float) -> float:
         return self.ms / median_ms

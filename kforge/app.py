@@ -118,7 +118,7 @@ def say_compile_plan(settings: EvalSettings) -> None:
 
 
 def sandbox_mode() -> str:
-    """KFORGE_SANDBOX, for every command that starts evaluator children (judging, and the report's introspection)."""
+    """KFORGE_SANDBOX, for every command that starts evaluator children."""
     mode = Settings().sandbox
     if mode not in ("strict", "warn"):
         raise UserError(f"KFORGE_SANDBOX must be strict or warn, not '{mode}'")

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from kforge.app import DbOpt, JsonOpt, UserError, app, err, friendly, open_db, out, problems_dir, sandbox_mode
+from kforge.app import DbOpt, JsonOpt, UserError, app, err, friendly, open_db, out, problems_dir
 from reference_problems import import_problems, list_problems, user_problem_dir
 
 problems_app = typer.Typer(help="List the registered problems, or import KernelBench ones.", invoke_without_command=True)
@@ -22,7 +22,7 @@ def report(out_dir: Annotated[Path, typer.Option("--html", help="directory to wr
     """Render the stored results as a static HTML leaderboard (no network needed to view it)."""
     from kforge.report import write_report  # jinja2 and the db load when a report is written
 
-    index = write_report(open_db(db), out_dir, sandbox_mode(), problems_dir())
+    index = write_report(open_db(db), out_dir)
     out.print(f"wrote {index}  (open file://{index.resolve()} in a browser)", markup=False, highlight=False, soft_wrap=True)
 
 

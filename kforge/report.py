@@ -15,12 +15,10 @@ from pathlib import Path
 
 import jinja2
 
-from db import Database, EvaluationRow, LeaderRow, ProblemRow, SolutionRow, metrics
+from db import Database, EvaluationRow, LeaderRow, SolutionRow, metrics
 from evaluator.contracts import Status
 from kforge.lineage import Call, DeviceSize, Lineage, lineages
-from kforge.speed_of_light import Achieved, Cost, achieved, costs
-from reference_problems import Problem, ProblemError, list_problems
-from reference_problems.registry import load_problem_file
+from kforge.speed_of_light import Achieved, Cost, Costs, achieved, costs
 
 
 # -- formatting ----------------------------------------------------------------------------------
@@ -265,23 +263,11 @@ class Candidate:
         return max((r.row.speedup for r in self.runs if r.row.status == Status.CORRECT and r.row.speedup), default=None)
 
 
-def _speed_of_light(cost: Cost | None, size: str, ms: float | None, device_name: str) -> Achieved | None:
-    """Declared costs are for the full size; a small-size run or a missing time has nothing to compare."""
-    if cost is None or size != "full" or not ms:
+def _speed_of_light(cost: Cost | None, ms: float | None, device_name: str) -> Achieved | None:
+    """No stored figures or no time: nothing to compare."""
+    if cost is None or not ms:
         return None
     return achieved(cost, ms / 1e3, device_name)
-
-
-def _problem_files(stored: list[ProblemRow], user_dir: Path | None) -> list[Problem]:
-    """The registered file of each stored problem, else the file at its stored path (if still there)."""
-    registered = {p.name: p for p in list_problems(user_dir)}
-    found = []
-    for row in stored:
-        try:
-            found.append(registered.get(row.name) or load_problem_file(Path(row.path)))
-        except ProblemError:
-            continue
-    return found
 
 
 def _model_line(model: str, runs: list[EvaluationRow]) -> ModelLine:
@@ -311,14 +297,14 @@ def _models(runs: list[EvaluationRow]) -> list[ModelLine]:
     return sorted((_model_line(m, rs) for m, rs in by_model.items()), key=lambda m: (-(m.geomean or 0), m.model))
 
 
-def _board(db: Database, device_name: str, size: str, runs: list[EvaluationRow], cost: dict[str, Cost]) -> Board:
+def _board(db: Database, device_name: str, size: str, runs: list[EvaluationRow], cost: Costs) -> Board:
     rows = [r for r in db.leaderboard(device_name=device_name, size=size) if r.n_evaluations]
     best = sorted({r.best_speedup for r in rows if r.best_speedup})
     timed = [r.speedup for r in runs if r.status == Status.CORRECT and r.speedup]
     return Board(
         device_name=device_name,
         size=size,
-        rows=[(r, _speed_of_light(cost.get(r.problem), size, r.candidate_ms, device_name)) for r in rows],
+        rows=[(r, _speed_of_light(cost.get((r.problem, size)), r.candidate_ms, device_name)) for r in rows],
         fast_p=db.problem_fast_p(metrics.FAST_P, device_name=device_name, size=size),
         geomean=db.geomean_speedup(device_name=device_name, size=size),
         models=_models(runs),
@@ -327,7 +313,7 @@ def _board(db: Database, device_name: str, size: str, runs: list[EvaluationRow],
     )
 
 
-def _boards(db: Database, runs: list[EvaluationRow], cost: dict[str, Cost]) -> list[Board]:
+def _boards(db: Database, runs: list[EvaluationRow], cost: Costs) -> list[Board]:
     """Full-size boards first: they are the ones that matter."""
     groups: dict[tuple[str, str], list[EvaluationRow]] = defaultdict(list)
     for r in runs:
@@ -336,15 +322,14 @@ def _boards(db: Database, runs: list[EvaluationRow], cost: dict[str, Cost]) -> l
     return [_board(db, name, size, groups[(name, size)], cost) for name, size in keys]
 
 
-def _candidates(db: Database, solutions: list[SolutionRow], runs: list[EvaluationRow],
-                cost: dict[str, Cost]) -> list[Candidate]:  # fmt: skip
+def _candidates(db: Database, solutions: list[SolutionRow], runs: list[EvaluationRow], cost: Costs) -> list[Candidate]:
     children: dict[str, list[SolutionRow]] = defaultdict(list)
     runs_of: dict[str, list[Run]] = defaultdict(list)
     for s in solutions:
         if s.parent_sha256:
             children[s.parent_sha256].append(s)
     for r in runs:
-        sol = _speed_of_light(cost.get(r.problem), r.size, r.candidate_ms, r.device_name) if r.status == Status.CORRECT else None
+        sol = _speed_of_light(cost.get((r.problem, r.size)), r.candidate_ms, r.device_name) if r.status == Status.CORRECT else None
         runs_of[r.solution_sha256].append(Run(r, sol))
     return [Candidate(s, runs_of[s.sha256], db.solution_lineage(s.sha256)[1:], children[s.sha256]) for s in solutions]
 
@@ -356,12 +341,11 @@ def _render(env: jinja2.Environment, template: str, path: Path, **context: objec
     path.write_text(env.get_template(template).render(**context))
 
 
-def write_report(db: Database, out_dir: Path, sandbox: str = "strict", user_dir: Path | None = None) -> Path:
+def write_report(db: Database, out_dir: Path) -> Path:
     """Renders the report into out_dir (created; files of an earlier report are overwritten) and
-    returns the path of its index.html. `sandbox` is the mode the problems' introspection children run under;
-    `user_dir` the user's problem dir (reference_problems.user_problem_dir)."""
+    returns the path of its index.html. It reads the db alone: the speed of light is what the verdicts hold."""
     runs, solutions = db.evaluations(), db.solutions()
-    cost = costs(_problem_files(db.problems(), user_dir), sandbox)
+    cost = costs(runs)
     candidates = _candidates(db, solutions, runs, cost)
     lines = {lin.problem: lin for lin in lineages(db.generations(), solutions, runs)}
     env, stamp = _environment(), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

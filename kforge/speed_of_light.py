@@ -1,28 +1,27 @@
-"""Speed of light: the bytes and FLOPs a problem must move and do at full size, and the device peaks they
-are judged against, so a report shows how far a kernel is from the hardware, not only from PyTorch.
+"""Speed of light in the report: the bytes and FLOPs of one call against the device's peaks, so a report shows how
+far a kernel is from the hardware, not only from PyTorch.
 
-Problems declare `bytes_moved` / `flops` in KFORGE_META; for the others (e.g. imported KernelBench files)
-they are derived by the evaluator (evaluator.parent.introspect: shapes on torch's meta device, in a jailed child).
+The figures are those the judge worked its floor out from, stored with each verdict (evaluator.contracts.SpeedOfLight:
+declared in KFORGE_META, else measured when the problem was judged). A report only reads the db: it runs no problem
+code and starts no child, so a problem whose verdicts hold no figures shows none.
 """
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
 from typing import NamedTuple
 
+from db import EvaluationRow
 from db.metrics import fraction_of_peak
-from evaluator.contracts import EvaluatorError
+from evaluator.contracts import Evidence
 from evaluator.hardware import peak
-from evaluator.parent.introspect import introspect
-from reference_problems import Problem
-
-_log = logging.getLogger(__name__)
 
 
 class Cost(NamedTuple):
     bytes_moved: int | None = None
     flops: int | None = None
+
+
+Costs = dict[tuple[str, str], Cost]  # (problem, size) -> its figures
 
 
 class Achieved(NamedTuple):
@@ -43,27 +42,19 @@ def achieved(cost: Cost, seconds: float, device_name: str) -> Achieved:
     return Achieved(bw, fl, fraction_of_peak(bw, device_peak.bytes_per_s), fraction_of_peak(fl, device_peak.flops_per_s))
 
 
-def costs(problems: list[Problem], sandbox: str = "strict") -> dict[str, Cost]:
-    """Per problem name: declared values, with the missing ones derived (one child for all problems)."""
-    todo = [p for p in problems if p.meta.bytes_moved is None or p.meta.flops is None]
-    derived = derive([p.path for p in todo], sandbox) if todo else {}
-    result = {}
-    for p in problems:
-        guess = derived.get(str(p.path), Cost())
-        result[p.name] = Cost(p.meta.bytes_moved or guess.bytes_moved, p.meta.flops or guess.flops)
-    return result
+def stored_cost(row: EvaluationRow) -> Cost | None:
+    """The figures a stored verdict holds, or None (timed without a floor, or stored before verdicts held them)."""
+    timing = Evidence.model_validate(row.evidence).timing
+    sol = timing.speed_of_light if timing else None
+    return Cost(sol.bytes_moved, sol.flops) if sol and (sol.bytes_moved or sol.flops) else None
 
 
-def derive(paths: list[Path], sandbox: str = "strict") -> dict[str, Cost]:
-    """Measured by the evaluator's introspect child, in the jail and under its limits (the parent never executes
-    problem code). A file that fails, hangs or kills its child, or a sandbox that strict mode refuses, yields no
-    entry and a warning rather than an error: the report just omits the numbers."""
-    try:
-        found = introspect(paths, sandbox=sandbox)
-    except EvaluatorError as exc:
-        _log.warning("speed of light not derived: %s", exc)
-        return {}
-    for path, measured in found.items():
-        if measured.error:
-            _log.warning("speed of light not derived for %s: %s", path, measured.error)
-    return {path: Cost(m.bytes_moved, m.flops) for path, m in found.items() if not m.error}
+def costs(runs: list[EvaluationRow]) -> Costs:
+    """Per (problem, size): the figures of the newest of `runs` (newest first, as Database.evaluations gives them)
+    whose verdict holds them. A call's bytes and FLOPs follow from its shapes alone, so they stand for every
+    device's runs of that size."""
+    found: Costs = {}
+    for row in runs:
+        if (key := (row.problem, row.size)) not in found and (cost := stored_cost(row)) is not None:
+            found[key] = cost
+    return found

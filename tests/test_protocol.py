@@ -4,7 +4,6 @@ is named while the other files are still measured."""
 
 from __future__ import annotations
 
-import logging
 import shutil
 from pathlib import Path
 
@@ -18,7 +17,6 @@ from evaluator.verdict.rules import ended_badly
 from evaluator.protocol import CandidateRequest, CompileRequest, ReferenceRequest, read_request
 from evaluator.sandbox.results import ChildResult
 from evaluator.sandbox.spawn import Child
-from kforge.speed_of_light import Cost, derive
 from reference_problems import resolve_problem
 
 RELU = resolve_problem("relu")
@@ -131,14 +129,6 @@ def test_introspection_counts_at_the_size_a_batch_asks_and_answers_as_it_goes(tm
     assert heard == ["sized", "narrow"]
     assert found[str(files[0])].flops == 2 * 32**3 and found[str(files[0])].bytes_moved == 2 * 32 * 32 * 4
     assert found[str(files[1])].flops is None and found[str(files[1])].error == ""
-
-
-def test_the_report_omits_what_introspection_could_not_measure(tmp_path: Path, caplog) -> None:
-    files = [_problem(tmp_path, "raises", "raise ValueError('no shapes here')\n"), _problem(tmp_path, "good", GOOD)]
-    with caplog.at_level(logging.WARNING, logger="kforge.speed_of_light"):
-        costs = derive(files)
-    assert costs == {str(files[1]): Cost(bytes_moved=2 * 64 * 64 * 4, flops=2 * 64**3)}
-    assert f"speed of light not derived for {files[0]}: ValueError: no shapes here" in caplog.text
 
 
 def test_a_malformed_error_message_from_candidate_code_is_forged_not_a_crash(tmp_path: Path) -> None:

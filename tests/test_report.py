@@ -1,5 +1,6 @@
 """HTML report, JSONL export/import, KernelBench problem import and speed of light, against real SQLite files
-filled through the db API (no evaluator runs); the report is also loaded in real headless Chromium."""
+filled through the db API (no evaluator runs); the report is also loaded in real headless Chromium. The report's
+speed of light is what the stored verdicts hold: it starts no child."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ import typer
 from typer.testing import CliRunner
 
 from db import Database
+from evaluator.contracts import Evidence, SpeedOfLight, TimingReport
+from evaluator.parent.introspect import introspect
+from evaluator.sandbox import spawn
 from kforge import cli
 from kforge.cli_report import register
 from kforge.report import histogram_chart, page_of, write_report
-from kforge.speed_of_light import Cost, achieved, costs, derive
+from kforge.speed_of_light import Cost, achieved
 from kforge.transfer import TransferError, export_jsonl, import_jsonl
 from reference_problems import import_problems, list_problems, resolve_problem
-from reference_problems.registry import load_problem_file
 
 H100 = "NVIDIA H100 80GB HBM3"
 T0 = datetime(2025, 3, 1, 12, tzinfo=UTC)
@@ -63,10 +66,18 @@ def _solution(db: Database, problem: str, name: str, model: str, parent: str | N
     return sha
 
 
+def _declared(problem: str) -> SpeedOfLight:
+    """The speed of light a verdict of the problem at full size stores: the figures it was worked out from."""
+    meta = resolve_problem(problem).meta
+    return SpeedOfLight(ms=0.5, bound="bandwidth", arithmetic="", hardware="", bytes_moved=meta.bytes_moved, flops=meta.flops)
+
+
 def _correct(db: Database, sha: str, cand_ms: float, ref_ms: float, *, device_name: str = H100, size: str = "full",
-             minutes: int = 0) -> None:
+             minutes: int = 0, sol: SpeedOfLight | None = None) -> None:
+    timing = TimingReport(method="cuda_events+l2_flush", calls=200, speed_of_light=sol)
+    evidence = Evidence(cause="correct", max_abs_err=1e-6, compile_s=41.5, cache_hit=False, timing=timing)
     db.add_evaluation(sha, status="correct", cause=f"correct in 3 trials; {ref_ms / cand_ms:.3g}x vs eager",
-                      evidence={"cause": "correct", "max_abs_err": 1e-6, "compile_s": 41.5, "cache_hit": False},
+                      evidence=evidence.model_dump(mode="json"),
                       device="cpu" if device_name == "cpu" else "cuda", device_name=device_name, size=size,
                       candidate_ms=cand_ms, candidate_std_ms=cand_ms * 0.02, reference_ms=ref_ms,
                       compiled_reference_ms=ref_ms * 0.9, speedup=ref_ms / cand_ms,
@@ -84,7 +95,7 @@ def call(db: Database, problem: str, sha: str | None, turn: int, parent: int | N
 
 def fill(db: Database) -> dict[str, str]:
     """relu: a seed that fails to compile, refined into a 2.5x kernel (two LLM calls); softmax: a wrong and a 1.3x
-    one; matmul: 0.8x on the H100 and 1.1x on the CPU at the small size."""
+    one, whose verdict holds no speed of light; matmul: 0.8x on the H100 and 1.1x on the CPU at the small size."""
     for problem in ("relu", "softmax", "matmul"):
         p = resolve_problem(problem)
         db.upsert_problem(p.name, p.meta.level, str(p.path), p.sha256)
@@ -97,13 +108,13 @@ def fill(db: Database) -> dict[str, str]:
                       evidence={"stage": "compile", "hint": "include <ATen/cuda/CUDAContext.h>",
                                 "log_tail": "kernel.cu(12): error: identifier \"getCurrentCUDAStream\" is undefined <&>"},
                       device="cuda", device_name=H100, created_at=T0)  # fmt: skip
-    _correct(db, s["repair"], 1.0, 2.5, minutes=1)  # relu full size: 2^31 bytes in 1 ms = 64.1% of 3.35 TB/s
+    _correct(db, s["repair"], 1.0, 2.5, minutes=1, sol=_declared("relu"))  # 2^31 bytes in 1 ms = 64.1% of 3.35 TB/s
     db.add_evaluation(s["wrong"], status="incorrect", cause="max abs err 0.5 > atol",
                       evidence={"stage": "correctness", "mismatch": {"trial": 0, "max_abs_err": 0.5, "max_rel_err": 2.0,
                                 "worst_index": [3, 17], "expected": 0.25, "got": 0.75, "bad_fraction": 0.125}},
                       device="cuda", device_name=H100, created_at=T0 + timedelta(minutes=2))  # fmt: skip
     _correct(db, s["online"], 4.0, 5.2, minutes=3)
-    _correct(db, s["tiled"], 10.0, 8.0, minutes=4)
+    _correct(db, s["tiled"], 10.0, 8.0, minutes=4, sol=_declared("matmul"))
     _correct(db, s["tiled"], 2.0, 2.2, device_name="cpu", size="small", minutes=5)
     call(db, "relu", s["repair"], 1, call(db, "relu", s["seed"], 0))
     return s
@@ -268,10 +279,29 @@ def test_problems_import(app: typer.Typer, tmp_path: Path, monkeypatch: pytest.M
 # -- speed of light ------------------------------------------------------------------------------
 
 
+def _row(html: str, problem: str) -> str:
+    return re.search(rf"<tr>\s*<td>(?:<a [^>]*>)?{problem}(?:</a>)?</td>.*?</tr>", html, re.S).group(0)
+
+
+def test_the_report_shows_the_stored_speed_of_light_and_starts_no_child(filled, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The figures come from the stored verdicts; a problem whose verdicts hold none (softmax) shows none, and no
+    child is started to count them."""
+    def started(*args, **kwargs):
+        raise AssertionError("the report started a child process")
+
+    monkeypatch.setattr(subprocess, "Popen", started)
+    monkeypatch.setattr(spawn, "Child", started)
+    html = write_report(filled[0], tmp_path / "r").read_text()
+    assert "2.15 TB/s (64.1%)" in _row(html, "relu") and "13.7 TFLOP/s (20.5%)" in _row(html, "matmul")
+    assert "B/s" not in _row(html, "softmax") and "FLOP/s" not in _row(html, "softmax")
+
+
 def test_speed_of_light_declared_matches_derived(tmp_path: Path) -> None:
-    """The hand-counted bytes of every reference problem agree with the shapes; FLOPs where torch counts them."""
+    """The hand-counted bytes of every reference problem agree with the shapes the introspect child measures; FLOPs
+    where torch counts them."""
     problems = list_problems()
-    found = derive([p.path for p in problems])
+    found = introspect([p.path for p in problems])
     for p in problems:
         assert found[str(p.path)].bytes_moved == p.meta.bytes_moved, p.name
     for name in ("matmul", "conv1d", "mlp", "matmul_maxpool_sum_scale"):
@@ -280,9 +310,10 @@ def test_speed_of_light_declared_matches_derived(tmp_path: Path) -> None:
 
 
 def test_speed_of_light_of_a_kernelbench_file_is_derived(tmp_path: Path) -> None:
-    kb = load_problem_file(kernelbench_checkout(tmp_path) / "KernelBench/level1/1_Linear_ReLU.py")
+    kb = kernelbench_checkout(tmp_path) / "KernelBench/level1/1_Linear_ReLU.py"
     x, weight, bias, out = 64 * 256, 256 * 128, 128, 64 * 128
-    assert costs([kb]) == {"1_Linear_ReLU": Cost(bytes_moved=4 * (x + weight + bias + out), flops=2 * 64 * 256 * 128)}
+    found = introspect([kb])[str(kb)]
+    assert (found.bytes_moved, found.flops) == (4 * (x + weight + bias + out), 2 * 64 * 256 * 128)
 
 
 def test_achieved_fraction_of_peak() -> None:

@@ -37,6 +37,8 @@ def test_the_judge_reports_the_floor_as_the_speed_of_light(monkeypatch):
     assert (sol.bound, round(sol.ms, 3)) == ("bandwidth", 0.641) and sol.hardware.startswith("H100 SXM datasheet: 132")
     assert sol.arithmetic == "2.68e+08 FLOP at 9.89e+14 FLOP/s need 0.0002714 ms; 2.15e+09 bytes at 3.35e+12 B/s need 0.641 ms"
     assert sol.fraction(1.282) == pytest.approx(0.5, rel=1e-3)
+    relu = resolve_problem("relu").meta
+    assert (sol.bytes_moved, sol.flops) == (relu.bytes_moved, relu.flops)  # stored with the verdict, for the report
     cpu = _judged("cpu", "small", monkeypatch)  # no FLOPs counted (element-wise), declared for the full size only,
     # and a CPU has no bandwidth peak
     assert cpu.speed_of_light is None and cpu.floor.startswith("none: no FLOPs counted")

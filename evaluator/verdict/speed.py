@@ -124,7 +124,8 @@ def report(case: Case) -> TimingReport | None:
         speedup_interval=speedup_interval, interval=interval,
         floor=found if isinstance(found, str) else f"{FACTOR:g} x {found.ms:.4g} ms ({found.bound}): {found.worked}",
         speed_of_light=None if isinstance(found, str) else SpeedOfLight(
-            ms=found.ms, bound=found.bound, arithmetic=found.arithmetic, hardware=found.hardware),
+            ms=found.ms, bound=found.bound, arithmetic=found.arithmetic, hardware=found.hardware, flops=found.flops,
+            bytes_moved=found.bytes_moved),
         cpu_threads=settings.cpu_threads if settings.device == "cpu" else None)
 
 

@@ -25,6 +25,8 @@ class Floor:
     bound: str  # which limit sets it: "bandwidth" or "flop"
     arithmetic: str  # both bounds, worked out
     hardware: str  # the peaks it was worked out from
+    flops: int | None = None  # of one call, as counted: the figures it was worked out from
+    bytes_moved: int | None = None
 
     @property
     def worked(self) -> str:
@@ -46,7 +48,7 @@ def floor(flops: int | None, nbytes: int | None, peak: Peak) -> Floor | None:
         return None
     bound = max(bounds, key=lambda k: bounds[k][0])
     worked = "; ".join(f"{how} need {ms:.4g} ms" for ms, how in bounds.values())
-    return Floor(bounds[bound][0], bound, worked, peak.source)
+    return Floor(bounds[bound][0], bound, worked, peak.source, flops or None, nbytes or None)
 
 
 def impossible(median_ms: float, found: Floor | None) -> str:
