@@ -188,11 +188,13 @@ COMPARER_OP: TypeAdapter[ComparerOp] = TypeAdapter(ComparerOp)
 
 
 class Message(BaseModel):
-    """A message of the child. The parent stamps each with its own clock on arrival (`_t`): extra keys pass.
-    Infinity and NaN are written as such (JSON's null would turn an infinite error into a malformed message)."""
+    """A message of the child. The parent stamps each with its own clock on arrival (`_t`, read as `arrived`; never
+    written by the child): other extra keys pass. Infinity and NaN are written as such (JSON's null would turn an
+    infinite error into a malformed message)."""
 
     model_config = ConfigDict(ser_json_inf_nan="constants")
     event: str
+    arrived: float | None = Field(None, alias="_t", exclude=True)  # the parent's time.monotonic() on arrival
 
 
 class Env(Message):
@@ -366,6 +368,7 @@ class Compared(Message):
     stale: str = ""  # the other call whose expected output this one matches
     late: str = ""  # how the snapshot differs from what the timed window read of the outputs (timing.glimpse)
     own_failure: bool = False  # the error is the comparer's own (out of GPU memory), not the candidate's outputs
+    comparer_died: bool = False  # no answer came: the comparer is gone (set by the parent, evaluator.parent.references)
     work_s: float = 0.0  # the comparer's own seconds on the request (the rest of a handoff is the way there and back)
     recompute_s: float = 0.0  # of which the expected outputs were recomputed (a timed call's: not resident)
 

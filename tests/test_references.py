@@ -221,7 +221,7 @@ def test_a_comparer_out_of_memory_is_kforges_failure_and_unreadable_outputs_are_
     """On the H100 the comparer of a 17 GB problem ran out of GPU memory reading a timed call's outputs, and the
     honest candidate was judged `cheat: forged_outputs`. Memory is kforge's side: reference_error, cause kept."""
     from evaluator.child import comparer
-    from evaluator.verdict.case import Case, Reference
+    from evaluator.verdict.case import Case, Reference, answers
     from evaluator.protocol import Compare
     from evaluator.sandbox.results import ChildResult
 
@@ -231,6 +231,6 @@ def test_a_comparer_out_of_memory_is_kforges_failure_and_unreadable_outputs_are_
     monkeypatch.setattr(comparer, "_received", fail)
     answer = comparer.Comparer(None, 1e-4, 1e-4).compare(Compare(label="timed_4", expected="timed_4", trial=-1, outputs=[]))
     case = Case(ChildResult(messages=[], log_path=tmp_path / "log"), Reference(meta={}, trials={}),
-                 resolve_problem("relu").meta, EvalSettings(), {"timed_4": answer.model_dump()})
+                 resolve_problem("relu").meta, EvalSettings(), answers({"timed_4": answer.model_dump()}))
     outcome = case.judge_call("timed_4", -1, "timed call 4")
     assert outcome.status is status and str(raised)[:20] in outcome.evidence.cause

@@ -38,13 +38,14 @@ class ChildResult(BaseModel):
     over: Budget | None = None  # the parent's budget it was stopped at, if any
     log_path: Path
 
-    def last(self, event: str) -> dict | None:
-        return next((m for m in reversed(self.messages) if m.get("event") == event), None)
+    def last(self, event: str, **match) -> dict | None:
+        """The last message of an event whose keys hold the values in `match`."""
+        return next((m for m in reversed(self.messages) if m.get("event") == event and m.items() >= match.items()), None)
 
-    def read(self, kind: type[M]) -> M | None:
-        """The last message of a kind, as its protocol model. One that does not fit raises ValueError, on one
-        line: the harness never sends one, so the candidate wrote it."""
-        found = self.last(kind.model_fields["event"].default)
+    def read(self, kind: type[M], **match) -> M | None:
+        """The last message of a kind (whose keys hold `match`), as its protocol model. One that does not fit raises
+        ValueError, on one line: the harness never sends one, so the candidate wrote it."""
+        found = self.last(kind.model_fields["event"].default, **match)
         try:
             return None if found is None else kind.model_validate(found)
         except ValidationError as exc:

@@ -4,11 +4,13 @@ each handed-over call."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from evaluator.child.timing import method_name
 from evaluator.child.trials import timed_rep
 from evaluator.contracts import EvalSettings, Evidence, Mismatch, Status, TimingStats
+from evaluator.protocol import Compared, Timing
 from evaluator.sandbox.gpumemory import ProcessMemory
 from evaluator.sandbox.results import ChildResult
 from evaluator.statistics import summarize
@@ -60,7 +62,15 @@ def harness_call(label: str, meta: dict) -> bool:
 
 
 def timings(result: ChildResult, device: str) -> dict[str, TimingStats]:
-    return {m["which"]: summarize(m["samples"], method_name(device)) for m in result.messages if m.get("event") == "timing"}
+    """The model's timing and, where it was asked for, torch.compile's."""
+    found = {which: result.read(Timing, which=which) for which in ("model", "compiled")}
+    return {which: summarize(m.samples, method_name(device)) for which, m in found.items() if m}
+
+
+def answers(comparisons: dict[str, dict]) -> dict[str, Compared]:
+    """The comparer's answers as the parent collected them, read once into their model; an entry the parent made
+    itself (the comparer gone, a call the harness never makes) carries no label of its own."""
+    return {label: Compared.model_validate({"which": label, **answer}) for label, answer in comparisons.items()}
 
 
 @dataclass
@@ -71,12 +81,17 @@ class Case:
     ref: Reference
     meta: ProblemMeta
     settings: EvalSettings
-    comparisons: dict[str, dict]  # label -> the comparer's answer on that handed-over call
+    comparisons: dict[str, Compared]  # label -> the comparer's answer on that handed-over call
     paired: Paired | None = None  # the reference timed beside the candidate's rounds (evaluator/verdict/pacing.py)
     own_memory: ProcessMemory | None = None  # on a GPU: its processes' device memory at the leak check's marks
     checks: Checks | None = None  # the timed calls kforge asked to compare
     max_abs_err: float = 0.0
     tolerance_used: float = 0.0
+
+    @functools.cached_property
+    def timed(self) -> Timing | None:
+        """The candidate's timing message, read once; one that does not fit raises ValueError (the candidate wrote it)."""
+        return self.result.read(Timing, which="model")
 
     def judge_call(self, label: str, trial: int, what: str) -> Outcome | None:
         """The comparer's answer on one call; a call whose outputs were never handed over, or cannot be read
@@ -84,23 +99,20 @@ class Case:
         answer = self.comparisons.get(label)
         if answer is None:
             return cheat("forged_outputs", f"{what}: its outputs were never handed to the comparer", "correctness")
-        if answer.get("comparer_died") or answer.get("own_failure"):  # kforge's failure, not the candidate's
-            return Outcome(Status.REFERENCE_ERROR, Evidence(stage="correctness", cause=f"{what}: {answer['error']}"))
-        if answer.get("error"):
-            return cheat("forged_outputs", f"{what}: the outputs handed over cannot be read ({answer['error']})", "correctness")
-        if answer.get("late"):
-            return cheat("late_output", f"{what}: {answer['late']}", "timing")
-        if answer["mismatch"] is None:
-            self.max_abs_err = max(self.max_abs_err, answer["max_abs_err"])
-            self.tolerance_used = max(self.tolerance_used, answer["tolerance_used"])
+        if answer.comparer_died or answer.own_failure:  # kforge's failure, not the candidate's
+            return Outcome(Status.REFERENCE_ERROR, Evidence(stage="correctness", cause=f"{what}: {answer.error}"))
+        if answer.error:
+            return cheat("forged_outputs", f"{what}: the outputs handed over cannot be read ({answer.error})", "correctness")
+        if answer.late:
+            return cheat("late_output", f"{what}: {answer.late}", "timing")
+        if answer.mismatch is None:
+            self.max_abs_err = max(self.max_abs_err, answer.max_abs_err)
+            self.tolerance_used = max(self.tolerance_used, answer.tolerance_used)
             return None
-        m = Mismatch(**answer["mismatch"])
-        if answer["stale"]:
-            return cheat("stale_output", f"{what} returned the expected output of another call ({answer['stale']}): a cached "
+        m = Mismatch.model_validate(answer.mismatch)
+        if answer.stale:
+            return cheat("stale_output", f"{what} returned the expected output of another call ({answer.stale}): a cached "
                                           "or leftover result", "correctness", mismatch=m)
         where = f"; max abs err {m.max_abs_err:.3g} at {m.worst_index}" if m.worst_index else ""
         return Outcome(Status.INCORRECT, Evidence(stage="correctness", mismatch=m, cause=f"{what}: {m.reason}{where}"))
 
-
-def timed_message(result: ChildResult) -> dict | None:
-    return next((m for m in result.messages if m.get("event") == "timing" and m.get("which") == "model"), None)

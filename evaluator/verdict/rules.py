@@ -17,8 +17,9 @@ from evaluator.protocol import Cheat, Error, Kernels, Leaks, Probe, Trials
 from evaluator.sandbox.gpumemory import MARKS, ProcessMemory
 from evaluator.sandbox.results import ChildResult
 from evaluator.statistics import summarize
+from evaluator.child.timing import method_name
 from evaluator.child.trials import timed_rep
-from evaluator.verdict.case import Case, Outcome, Reference, cheat, harness_call, timed_message, timings
+from evaluator.verdict.case import Case, Outcome, Reference, answers, cheat, harness_call
 from evaluator.verdict.checks import Checks
 from evaluator.verdict.pacing import Paired
 from evaluator.verdict.speed import check_pairing, check_timing, report, usable
@@ -167,8 +168,8 @@ def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: Eval
           paired: Paired | None = None, own_memory: ProcessMemory | None = None, checks: Checks | None = None) -> Outcome:
     """The first failing check decides. The harness only sends well-formed messages, so one the checks
     cannot read was written by the candidate: a verdict, never a crash of kforge."""
-    case = Case(result, ref, meta, settings, comparisons, paired, own_memory, checks)
     try:
+        case = Case(result, ref, meta, settings, answers(comparisons), paired, own_memory, checks)
         found = next(filter(None, (check(case) for check in _CHECKS)), None)
     except _MALFORMED as exc:
         return _malformed(exc, result)
@@ -182,8 +183,9 @@ def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: Eval
     evidence = Evidence(max_abs_err=case.max_abs_err, tolerance_used=case.tolerance_used, timing=how,
                         cause=f"correct in {settings.trials} trials (max abs err {case.max_abs_err:.3g}, "
                               f"{case.tolerance_used:.2g} of the tolerance)")
-    mine = timings(result, settings.device).get("model")
-    if mine is None or not usable(case, timed_message(result)["samples"]):
+    model = case.timed
+    mine = summarize(model.samples, method_name(settings.device)) if model else None
+    if mine is None or not usable(case, model.samples):
         return Outcome(Status.CORRECT, evidence, mine)
     pooled = summarize([s for block in paired.reference for s in block], mine.method)
     return Outcome(Status.CORRECT, evidence, mine, speedup=paired.ratio()[0], reference=pooled)

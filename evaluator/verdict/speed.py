@@ -10,8 +10,9 @@ from evaluator.child.timing import flush_policy, method_name
 from evaluator.child.trials import timed_rep
 from evaluator.contracts import EvalSettings, SpeedOfLight, Status, TimingReport
 from evaluator.hardware import cpu_peak, device_name, peak
+from evaluator.protocol import Probe
 from evaluator.statistics import pooled_ratio, ratio_interval, summarize
-from evaluator.verdict.case import Case, Outcome, Reference, cheat, timed_message
+from evaluator.verdict.case import Case, Outcome, Reference, cheat
 from evaluator.verdict.pacing import Paired
 from evaluator.verdict.speed_of_light import FACTOR, Floor, floor, impossible
 from evaluator.verdict.wall_clock import implausible
@@ -44,30 +45,29 @@ def physical_floor(ref: Reference, meta: ProblemMeta, settings: EvalSettings) ->
 
 def check_timing(case: Case) -> Outcome | None:
     """Impossible timings: faster than the device's peaks allow, or not matching the parent's wall-clock."""
-    result, device = case.result, case.settings.device
-    model = timed_message(result)
+    result, device, model = case.result, case.settings.device, case.timed
     if model is None:
         return None
-    median, found = summarize(model["samples"], method_name(device)).median_ms, physical_floor(case.ref, case.meta, case.settings)
+    median, found = summarize(model.samples, method_name(device)).median_ms, physical_floor(case.ref, case.meta, case.settings)
     if isinstance(found, Floor) and (cause := impossible(median, found)):
         return cheat(found.exploit, cause, "timing")
     start = result.arrival("stage", stage="timed")
     paused = case.paired.paused_s if case.paired else 0.0  # the loop waited while the parent timed the reference
     per_rep = case.paired.overhead_per_rep_s() if case.paired else None  # never the child's own fill total
-    fills = None if per_rep is None else per_rep * len(model["samples"])
-    problem = implausible(model["samples"], model["_t"] - start - paused, device, fills) if start is not None \
+    fills = None if per_rep is None else per_rep * len(model.samples)
+    problem = implausible(model.samples, model.arrived - start - paused, device, fills) if start is not None \
         else "timings without a timed loop"
     return cheat("timer_escape", problem, "timing") if problem else None
 
 
 def check_pairing(case: Case) -> Outcome | None:
     """The rounds the candidate reported while it was timed must be the samples it reports at the end."""
-    paired, model = case.paired, timed_message(case.result)
+    paired, model = case.paired, case.timed
     if paired is None or model is None:
         return None
     if paired.forged:
         return cheat("forged_messages", f"the result channel carried {paired.forged}", "timing")
-    if case.settings.paired and not paired.failed and not paired.matches(model["samples"]):
+    if case.settings.paired and not paired.failed and not paired.matches(model.samples):
         return cheat("forged_messages", "the timed samples are not the rounds the child reported while it was timed", "timing")
     return None
 
@@ -97,13 +97,13 @@ def _disturbed(case: Case) -> str:
 
 def report(case: Case) -> TimingReport | None:
     """How the candidate was timed, for every verdict whose child got that far."""
-    model, settings = timed_message(case.result), case.settings
+    model, settings = case.timed, case.settings
     if model is None:
         return None
     found, ref = physical_floor(case.ref, case.meta, settings), case.ref.timing
-    mine = summarize(model["samples"], method_name(settings.device))
-    probe = case.result.last("probe") or {"outputs": {}}
-    if usable(case, model["samples"]):
+    mine = summarize(model.samples, method_name(settings.device))
+    probe = case.result.read(Probe)
+    if usable(case, model.samples):
         pairs = case.paired.reference
         _, low, high = case.paired.ratio()
         reference_calls, speedup_interval = sum(map(len, pairs)), [low, high]
@@ -117,9 +117,9 @@ def report(case: Case) -> TimingReport | None:
         if disturbed := _disturbed(case):
             interval = f"{disturbed}; so {interval}, the reference's own timing alone"
     return TimingReport(
-        method=mine.method, calls=mine.reps, reference_calls=reference_calls, untimed_calls=model["untimed_calls"],
-        warmup_ms=settings.warmup_ms, l2_flush=flush_policy(settings.device), fresh_inputs=model["fresh_inputs"],
-        checked_calls=sorted({rep for rep in map(timed_rep, [*probe["outputs"], *(case.checks.asked if case.checks else [])])
+        method=mine.method, calls=mine.reps, reference_calls=reference_calls, untimed_calls=model.untimed_calls,
+        warmup_ms=settings.warmup_ms, l2_flush=flush_policy(settings.device), fresh_inputs=model.fresh_inputs,
+        checked_calls=sorted({rep for rep in map(timed_rep, [*(probe.outputs if probe else []), *(case.checks.asked if case.checks else [])])
                               if rep is not None}),
         speedup_interval=speedup_interval, interval=interval,
         floor=found if isinstance(found, str) else f"{FACTOR:g} x {found.ms:.4g} ms ({found.bound}): {found.worked}",
