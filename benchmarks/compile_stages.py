@@ -1,10 +1,11 @@
 """Where a load_inline CUDA source's compile spends its time, stage by stage, with torch's full headers and lean.
 
-Usage: python benchmarks/compile_stages.py [FILES...] [--variants full,lean] [--parallel N] [--json OUT]
+Usage: python benchmarks/compile_stages.py [FILES...] [--variants full,lean] [--parallel N] [--json OUT] [--serial-nvcc]
 FILES are .cu sources (benchmarks/compile_set/ by default) or candidate .py files, whose load_inline
 cuda_sources are read without running them (module-level string literals). Each source is built the way
-kforge's compile child builds it (torch's load_inline, evaluator/child/lean_headers.py installed for `lean`), in a
-fresh build directory, with nvcc's own `--time` report (through PYTORCH_NVCC), and the table prints seconds per
+kforge's compile child builds it (torch's load_inline, evaluator/child/lean_headers.py installed for `lean`, nvcc
+started through evaluator/child/nvcc_driver.py unless --serial-nvcc), in a fresh build directory, with nvcc's
+`--time` report (through PYTORCH_NVCC; the driver writes it the same way), and the table prints seconds per
 nvcc stage: the host compiler's preprocessing (both passes), cudafe++ (the host front end), cicc (the device
 front end and optimiser), ptxas, fatbinary, the host compile of cudafe++'s output, and the .cu object's ninja
 step in all. Where `cuobjdump` is on PATH, the SASS of both builds is compared (the line says `same` or
@@ -39,11 +40,13 @@ _BUILD = """
 import json, os, sys
 sys.path.insert(0, {root!r})
 import torch.utils.cpp_extension as cpp_extension
-from evaluator.child import lean_headers
+from evaluator.child import lean_headers, nvcc_driver
 if cpp_extension.CUDA_HOME is None:  # a CPU build of torch: nvcc still builds the .cu object
     cpp_extension.CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
 if {lean}:
     lean_headers.install()
+if {driver}:
+    nvcc_driver.install()
 try:
     cpp_extension.load_inline(name="stages", cpp_sources="", cuda_sources=open({source!r}).read(),
                               build_directory={build!r}, verbose=False)
@@ -78,14 +81,14 @@ def cuda_sources(path: Path) -> list[tuple[str, str]]:
     return found
 
 
-def build(label: str, source: str, variant: str, scratch: Path) -> dict:
+def build(label: str, source: str, variant: str, scratch: Path, driver: bool = True) -> dict:
     """One build of one source in a fresh directory: nvcc's stage times, the ninja step, how it was built."""
     work = Path(tempfile.mkdtemp(prefix=f"{variant}-", dir=scratch))
     (work / "source.cu").write_text(source)
     times = work / "nvcc_time.csv"
     env = {**os.environ, "PYTORCH_NVCC": f"{shutil.which('nvcc') or 'nvcc'} --time {times}",
            "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0")}
-    script = _BUILD.format(root=str(ROOT), lean=variant == "lean", source=str(work / "source.cu"), build=str(work / "build"))
+    script = _BUILD.format(root=str(ROOT), lean=variant == "lean", driver=driver, source=str(work / "source.cu"), build=str(work / "build"))
     (work / "build").mkdir()
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     told = json.loads(run.stdout.strip().splitlines()[-1]) if run.stdout.strip() else {"builds": [], "error": run.stderr[-200:]}
@@ -130,12 +133,14 @@ def main() -> None:
     ap.add_argument("--variants", default="full,lean")
     ap.add_argument("--parallel", type=int, default=1, help="builds at once (each is one nvcc chain)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--serial-nvcc", action="store_true", help="nvcc's steps one after the other, as nvcc runs them "
+                    "(default: through evaluator/child/nvcc_driver.py, as kforge builds)")
     args = ap.parse_args()
     files = args.files or sorted((ROOT / "benchmarks" / "compile_set").glob("*.cu"))
     sources = [s for f in files for s in cuda_sources(f)]
     variants = args.variants.split(",")
     with tempfile.TemporaryDirectory(prefix="kforge-stages-") as scratch, ThreadPoolExecutor(args.parallel) as pool:
-        rows = list(pool.map(lambda job: build(*job, Path(scratch)), [(l, s, v) for l, s in sources for v in variants]))
+        rows = list(pool.map(lambda job: build(*job, Path(scratch), not args.serial_nvcc), [(l, s, v) for l, s in sources for v in variants]))
         for label, _ in sources:
             built = {r["variant"]: sass(r["object"]) for r in rows if r["source"] == label}
             if None not in built.values() and len(built) > 1:

@@ -40,23 +40,30 @@ def test_the_lean_header_holds_each_operator_called_and_no_other():
 _LOAD = """
 import json, os, sys
 import torch.utils.cpp_extension as cpp_extension
-from evaluator.child import lean_headers
+from evaluator.child import lean_headers, nvcc_driver, precompiled
 cpp_extension.CUDA_HOME = cpp_extension.CUDA_HOME or os.environ["CUDA_HOME"]  # a CPU torch: nvcc builds the .cu object
+binding = json.loads(sys.argv[3])
+if binding:  # the binding's header as the parent publishes it, and the wrapper as a child installs it (evaluator/child/main.py)
+    root = os.path.dirname(sys.argv[2])
+    precompiled.ensure_directory(precompiled.variant(root, None, True, binding=True))
+    precompiled.Headers(root).install()
 lean_headers.install()
+nvcc_driver.install()
 try:
-    cpp_extension.load_inline(name="lean_probe", cpp_sources="", cuda_sources=open(sys.argv[1]).read(), build_directory=sys.argv[2])
+    cpp_extension.load_inline(name="lean_probe", cpp_sources=binding.get("declared", ""), cuda_sources=open(sys.argv[1]).read(),
+                              functions=binding.get("functions"), build_directory=sys.argv[2])
 except Exception as exc:  # without CUDA's torch libraries the link fails, after the objects are built
     pass
-print(json.dumps(lean_headers.builds))
+print(json.dumps(lean_headers.builds + precompiled.builds))
 """
 
 
-def _load(source: Path, build: Path) -> list[str]:
+def _load(source: Path, build: Path, binding: dict | None = None) -> list[str]:
     """load_inline in a fresh process, as a compile child and then the candidate's child call it."""
     cuda_home = str(Path(shutil.which("nvcc")).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_CUDA_ARCH_LIST": "9.0", "CUDA_HOME": os.environ.get("CUDA_HOME", cuda_home)}
-    out = subprocess.run([sys.executable, "-c", _LOAD, str(source), str(build)], env=env, capture_output=True, text=True,
-                         timeout=900)
+    out = subprocess.run([sys.executable, "-c", _LOAD, str(source), str(build), json.dumps(binding or {})], env=env,
+                         capture_output=True, text=True, timeout=900)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -84,4 +91,32 @@ def test_a_plain_kernel_builds_lean(tmp_path):
     build.mkdir()
     assert _load(SET / "softmax_rows.cu", build) == ["lean"]
     assert (build / "cuda.cuda.o").exists()
-    assert f"-I{build / lean_headers.DIRECTORY}" in (build / "build.ninja").read_text()
+    ninja = (build / "build.ninja").read_text()
+    assert f"-I{build / lean_headers.DIRECTORY}" in ninja
+    assert "nvcc_driver.py" in ninja.split("nvcc = ", 1)[1].splitlines()[0]  # nvcc's front ends side by side
+
+
+def test_a_binding_of_declarations_is_named_and_one_with_a_body_is_not():
+    assert lean_headers.declarations_only("torch::Tensor softmax_cuda(torch::Tensor x);  // {not code}")
+    assert lean_headers.declarations_only(["#include <vector>", "std::vector<at::Tensor> f(const at::Tensor& x, int64_t n);"])
+    assert not lean_headers.declarations_only("torch::Tensor f(torch::Tensor x) { return x; }")  # a CPU kernel's body
+    assert not lean_headers.declarations_only("#define F(x) x\ntorch::Tensor f(torch::Tensor x);")
+    assert not lean_headers.declarations_only("torch::Tensor f(torch::nn::Linear l);")
+
+
+@needs_nvcc
+def test_a_binding_of_declarations_builds_lean_and_one_the_lean_set_lacks_builds_as_written(tmp_path):
+    declared = {"declared": "torch::Tensor softmax_cuda(torch::Tensor x);", "functions": ["softmax_cuda"]}
+    build = tmp_path / "lean" / "build"
+    build.mkdir(parents=True)
+    assert _load(SET / "softmax_rows.cu", build, declared) == ["lean", "main.cpp lean binding"]
+    assert (build / "main.o").exists()
+    lacking = {"declared": declared["declared"] + "\nvoid take(torch::OrderedDict<std::string, at::Tensor> d);", "functions": ["softmax_cuda"]}
+    build = tmp_path / "full" / "build"
+    build.mkdir(parents=True)
+    said = _load(SET / "softmax_rows.cu", build, lacking)
+    assert said[0] == "lean" and said[1].startswith("main.cpp full: the lean binding failed") and "main.cpp:3" in said[1], said
+    assert (build / "main.o").exists()
+    built, ninja = build_steps(build)["main.o"], (build / "build.ninja").read_text()
+    assert _load(SET / "softmax_rows.cu", build, lacking) == ["lean"]  # the candidate's child: the same build, no rebuild
+    assert build_steps(build)["main.o"] == built and (build / "build.ninja").read_text() == ninja

@@ -29,10 +29,12 @@ RELU_O0 = COMPILED_RELU.replace("kforge_survival_relu", "kforge_pch_relu_o0").re
 # -- without a compiler run -------------------------------------------------------------------------------------
 
 def test_flag_sets_are_read_from_literal_load_inline_calls():
-    assert precompiled.predicted_builds(FUSED.read_text()) == [(("-O3", "-fopenmp"), False)]
+    assert precompiled.predicted_builds(FUSED.read_text()) == [(("-O3", "-fopenmp"), False, False)]  # a body in main.cpp
     aliased = ("from torch.utils.cpp_extension import load_inline as li\nFLAGS = ['-O2']\n"
                "m = li('a', cpp_sources='', cuda_sources='__global__ void k(){}', extra_cflags=FLAGS)\n")
-    assert precompiled.predicted_builds(aliased) == [(("-O2",), True)]
+    assert precompiled.predicted_builds(aliased) == [(("-O2",), True, False)]  # no functions: nothing to bind
+    declared = aliased.replace("cpp_sources=''", "cpp_sources='void k2();', functions=['k2']")
+    assert precompiled.predicted_builds(declared) == [(("-O2",), True, True)]
     computed = "from torch.utils.cpp_extension import load_inline\nm = load_inline('a', '', extra_cflags=flags())\n"
     assert precompiled.predicted_builds(computed) == []
     with_includes = "import torch.utils.cpp_extension as c\nm = c.load_inline('a', '', extra_include_paths=['inc'])\n"

@@ -37,7 +37,7 @@ import torch.utils.cpp_extension as cpp_extension
 from evaluator.diagnose import first_error
 
 DIRECTORY = "kforge_lean"
-VERSION = "lean-1"  # part of the build cache's key: a build made another way is another build
+VERSION = "lean-2"  # part of the build cache's key: a build made another way is another build
 _FULL_MARKER = "full"
 _UMBRELLAS = ("torch/extension.h", "torch/types.h")
 _NEEDS_FULL = re.compile(r"\b(pybind11|PYBIND11_\w+|py::|requires_grad|TORCH_LIBRARY\w*)|\btorch::(nn|autograd|jit|optim|data|"
@@ -109,6 +109,22 @@ def lean_header(ops: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def binding_header() -> str:
+    """The lean torch/extension.h of a load_inline main.cpp that only declares its functions: the Tensor type and
+    pybind11 with torch's casters (torch::wrap_pybind_function included), none of torch's C++ API."""
+    return lean_header([]) + "#include <torch/csrc/utils/pybind.h>\n#include <torch/csrc/Exceptions.h>\n"
+
+
+def declarations_only(cpp_sources) -> bool:
+    """Whether load_inline's cpp_sources only declare (no body, nothing that needs the full headers): its main.cpp
+    is then the pybind11 binding alone, and its machine code holds none of the candidate's own."""
+    text = cpp_sources if isinstance(cpp_sources, str) else "\n".join(cpp_sources or [])
+    if not isinstance(text, str):
+        return False
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
+    return "{" not in code and "#define" not in code and why_full(code, []) is None
+
+
 def _write_if_changed(path: Path, text: str) -> None:
     """Same content, same file: a rewritten header would have ninja rebuild a finished build."""
     try:
@@ -120,7 +136,7 @@ def _write_if_changed(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def _build_directory(arguments: dict) -> Path:
+def build_directory(arguments: dict) -> Path:
     given = arguments.get("build_directory")
     return Path(given) if given else Path(cpp_extension._get_build_directory(arguments["name"], False))
 
@@ -133,7 +149,7 @@ def _lean_flag(arguments: dict) -> tuple[str | None, str]:
     source = sources if isinstance(sources, str) else "\n".join(sources)
     if reason := why_full(source, list(arguments.get("extra_cuda_cflags") or [])):
         return None, f"full: {reason}"
-    lean = _build_directory(arguments) / DIRECTORY
+    lean = build_directory(arguments) / DIRECTORY
     if (lean / _FULL_MARKER).exists():
         return None, f"full: the lean build failed ({(lean / _FULL_MARKER).read_text().strip()})"
     ops = operators_called(source)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from evaluator import hardware
-from evaluator.child import candidate, guard, introspect, kernel_watch, lean_headers, loading, precompiled, reference, stages, trials
+from evaluator.child import candidate, guard, introspect, kernel_watch, lean_headers, loading, nvcc_driver, precompiled, reference, stages, trials
 from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, IntrospectRequest, Loaded,
                                 Profiled, ProfileRequest, ReferenceRequest, Request, Stage, WARM_GPU, read_request)
 from evaluator.sandbox import jail, seccomp
@@ -110,6 +110,7 @@ def _serve(chan: stages.Channel, req: Request, confined: bool, requests) -> None
     headers = precompiled.Headers(build_dir.parent)  # the build root: shared by every candidate's build
     headers.install()  # both roles: the candidate child must write the same build.ninja, or ninja rebuilds
     lean_headers.install()  # the same: a .cu built lean (or full after a failed lean build) loads as it was built
+    nvcc_driver.install()  # the same: nvcc's front ends side by side
     if isinstance(req, ProfileRequest):
         jail.narrow_profile_target()  # before any candidate code: its /proc is its own, not ncu's
         module = loading.import_file(source, "kforge_candidate")  # the cache's build: nothing is compiled
@@ -120,7 +121,7 @@ def _serve(chan: stages.Channel, req: Request, confined: bool, requests) -> None
     chan.send(Stage(stage="compile"))
     module, seconds, cached = loading.load_candidate(source, build_dir)
     chan.send(Compiled(seconds=seconds, cache_hit=cached, steps={} if cached else loading.build_steps(build_dir),
-                       headers=lean_headers.builds))
+                       headers=[*lean_headers.builds, *precompiled.builds]))
     if isinstance(req, CandidateRequest):
         chan.send(watch.report)
         judge.check("at import", dispatcher=False)  # the dispatcher is read once, last (see Guard.check)

@@ -46,6 +46,8 @@ from pathlib import Path
 import torch
 import torch.utils.cpp_extension as cpp_extension
 
+from evaluator.child import lean_headers
+from evaluator.diagnose import first_error
 from evaluator.static import parse
 
 HEADER = "torch/extension.h"
@@ -59,7 +61,12 @@ _UNSAFE_PREFIXES = ("-wrapper", "-I", "-isystem", "-iquote", "-idirafter", "-inc
 _INCLUDE_ENV = ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "DEPENDENCIES_OUTPUT",
                 "SUNPRO_DEPENDENCIES")
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+=,:-]+$")  # torch pastes extra_cflags into build.ninja unquoted
+_MAIN_FAILED = re.compile(r"FAILED: (\[code=\d+\] )?main\.o\b")  # ninja's line for the binding's object
+_BINDING_FULL = "binding-full"  # in a build's lean directory: its binding failed lean, so it is built as written
 _PLAIN_WORD = re.compile(r"^[A-Za-z0-9_=+,.:/%-]+$")  # no shell or ninja syntax: the .gch build runs them verbatim
+
+
+builds: list[str] = []  # how each lean binding of this process went: "main.cpp lean binding" or "main.cpp full: why"
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class Variant:
     flags: tuple[str, ...]
     key: str
     directory: Path
+    binding: bool = False  # the header is lean_headers.binding_header(), not torch's own
 
     @property
     def header(self) -> Path:
@@ -131,8 +139,9 @@ def _safe_words(extra_cflags) -> tuple[str, ...] | None:
     return tuple(f.strip() for f in extra_cflags)
 
 
-def variant(root: Path, extra_cflags, with_cuda: bool) -> Variant | None:
-    """The precompiled header for a build with these extra_cflags, or None when none may be used."""
+def variant(root: Path, extra_cflags, with_cuda: bool, binding: bool = False) -> Variant | None:
+    """The precompiled header for a build with these extra_cflags, or None when none may be used; `binding`: the
+    lean header of a main.cpp that only declares (lean_headers.binding_header)."""
     flags = _safe_words(extra_cflags)
     if flags is None or any(os.environ.get(name) for name in _INCLUDE_ENV):
         return None
@@ -143,12 +152,12 @@ def variant(root: Path, extra_cflags, with_cuda: bool) -> Variant | None:
     header = _torch_header()
     stat = header.stat()
     material = {"torch": torch.__version__, "git": torch.version.git_version, "header": [str(header), stat.st_size, stat.st_mtime_ns],
-                "toolchain": toolchain, "flags": list(cflags)}
+                "toolchain": toolchain, "flags": list(cflags), "binding": binding and lean_headers.binding_header()}
     key = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
     directory = Path(os.path.abspath(root)) / "pch" / key
     if not _SAFE_PATH.match(str(directory)):
         return None
-    return Variant(cxx=cxx, flags=cflags, key=key, directory=directory)
+    return Variant(cxx=cxx, flags=cflags, key=key, directory=directory, binding=binding)
 
 
 def replace_atomically(path: Path, write) -> None:
@@ -161,13 +170,23 @@ def replace_atomically(path: Path, write) -> None:
             os.unlink(tmp)
 
 
+def _header_in_place(v: Variant) -> bool:
+    if v.binding:
+        return v.header.is_file() and not v.header.is_symlink() and v.header.read_text() == lean_headers.binding_header()
+    return v.header.is_file() and os.path.realpath(v.header) == os.path.realpath(_torch_header())
+
+
 def ensure_directory(v: Variant) -> bool:
-    """The variant's include directory with its fallback header (torch's own, linked); False if impossible."""
+    """The variant's include directory with its fallback header (torch's own, linked, or the binding's lean one,
+    written); False if impossible."""
     try:
-        if v.header.is_file() and os.path.realpath(v.header) == os.path.realpath(_torch_header()):
+        if _header_in_place(v):
             return True
         v.header.parent.mkdir(parents=True, exist_ok=True)
-        replace_atomically(v.header, lambda tmp: os.symlink(_torch_header(), tmp))
+        if v.binding:
+            replace_atomically(v.header, lambda tmp: tmp.write_text(lean_headers.binding_header()))
+        else:
+            replace_atomically(v.header, lambda tmp: os.symlink(_torch_header(), tmp))
         flags_file = v.directory / "flags.json"
         if not flags_file.exists():
             replace_atomically(flags_file, lambda tmp: tmp.write_text(json.dumps({"cxx": v.cxx, "flags": v.flags}, indent=1)))
@@ -191,9 +210,17 @@ def _cuda_sources_given(node: ast.AST | None, assigned: dict[str, ast.AST]) -> b
         return True  # not a literal: some expression, most likely a non-empty source
 
 
-def predicted_builds(source: str) -> list[tuple[tuple[str, ...], bool]]:
-    """(extra_cflags, with_cuda) of each load_inline call whose arguments are literals (or names assigned a
-    literal at module level), in the candidate's source. Others are simply not predicted."""
+def _binds_declarations(args: dict, assigned: dict[str, ast.AST]) -> bool:
+    """Whether a load_inline call's main.cpp is a binding of declarations (Headers.binding decides it the same way)."""
+    try:
+        return _literal(args.get("functions"), assigned) is not None and lean_headers.declarations_only(_literal(args.get("cpp_sources"), assigned))
+    except (ValueError, TypeError, SyntaxError):
+        return False
+
+
+def predicted_builds(source: str) -> list[tuple[tuple[str, ...], bool, bool]]:
+    """(extra_cflags, with_cuda, binding) of each load_inline call whose arguments are literals (or names
+    assigned a literal at module level), in the candidate's source. Others are simply not predicted."""
     try:
         tree = parse(source)
     except (SyntaxError, ValueError):
@@ -225,8 +252,9 @@ def predicted_builds(source: str) -> list[tuple[tuple[str, ...], bool]]:
                 with_cuda = _cuda_sources_given(args.get("cuda_sources"), assigned)
         except (TypeError, ValueError, SyntaxError):
             continue
-        if flags is not None and (flags, bool(with_cuda)) not in found:
-            found.append((flags, bool(with_cuda)))
+        build = (flags, bool(with_cuda), _binds_declarations(args, assigned))
+        if flags is not None and build not in found:
+            found.append(build)
     return found
 
 
@@ -245,18 +273,32 @@ class Headers:
             loader = getattr(cpp_extension, name)
             setattr(cpp_extension, name, self._injecting(loader, inline=name == "load_inline"))
 
-    def include_flag(self, arguments: dict, inline: bool) -> str | None:
-        """The flag to add for a call with these (bound) arguments, or None."""
+    def include_flag(self, arguments: dict, inline: bool) -> tuple[str | None, bool]:
+        """The flag to add for a call with these (bound) arguments (or None), and whether it is the lean binding's."""
         if arguments.get("extra_include_paths") or arguments.get("sycl_sources") or arguments.get("with_sycl") \
                 or arguments.get("is_standalone"):
-            return None
+            return None, False
         with_cuda = arguments.get("with_cuda")
         if with_cuda is None:  # as torch decides it
             sources = arguments.get("sources") or []
             with_cuda = bool(arguments.get("cuda_sources")) if inline else \
                 any(map(cpp_extension._is_cuda_file, [sources] if isinstance(sources, str) else sources))
+        if self.binds_declarations(arguments, inline):
+            v = variant(self.root, arguments.get("extra_cflags"), bool(with_cuda), binding=True)
+            if v and _header_in_place(v):  # published by the parent: without it gcc would quietly read torch's
+                return v.include_flag, True
         v = variant(self.root, arguments.get("extra_cflags"), bool(with_cuda))
-        return v.include_flag if v else None  # whether or not the .gch exists yet: gcc skips a missing -I dir
+        return (v.include_flag if v else None), False  # whether or not the .gch exists yet: gcc skips a missing -I dir
+
+    @staticmethod
+    def _binding_failed(arguments: dict) -> Path:
+        return lean_headers.build_directory(arguments) / lean_headers.DIRECTORY / _BINDING_FULL
+
+    def binds_declarations(self, arguments: dict, inline: bool) -> bool:
+        """A load_inline whose main.cpp only binds declared functions is built against the lean binding header,
+        unless that build failed before in this build directory (then it is built as written, every time)."""
+        return inline and arguments.get("functions") is not None and lean_headers.declarations_only(arguments.get("cpp_sources")) \
+            and not self._binding_failed(arguments).exists()
 
     def _injecting(self, loader, inline: bool):
         signature = inspect.signature(loader)
@@ -265,11 +307,27 @@ class Headers:
         def load(*args, **kwargs):
             try:
                 bound = signature.bind(*args, **kwargs)
-                flag = self.include_flag(bound.arguments, inline)
+                flag, binding = self.include_flag(bound.arguments, inline)
             except Exception:  # noqa: BLE001 - let torch report a bad call exactly as it would have
                 flag = None
             if flag is None:
                 return loader(*args, **kwargs)
             bound.arguments["extra_cflags"] = [*(bound.arguments.get("extra_cflags") or []), flag]
-            return loader(*bound.args, **bound.kwargs)
+            if not binding:
+                return loader(*bound.args, **bound.kwargs)
+            try:
+                module = loader(*bound.args, **bound.kwargs)
+            except RuntimeError as exc:
+                if not _MAIN_FAILED.search(str(exc)):  # not the binding's compile: the full headers would fail the same way
+                    builds.append("main.cpp lean binding")
+                    raise
+                error = re.sub(r"^\S*/(main\.cpp)", r"\1", first_error(str(exc)))  # the build dir's path left out
+                marker = self._binding_failed(bound.arguments)
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.write_text(error + "\n")
+                cpp_extension.JIT_EXTENSION_VERSIONER.entries.pop(bound.arguments["name"], None)  # same name, no _v1
+                builds.append(f"main.cpp full: the lean binding failed ({error})")
+                return load(*args, **kwargs)
+            builds.append("main.cpp lean binding")
+            return module
         return load

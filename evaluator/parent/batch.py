@@ -16,7 +16,7 @@ from typing import Callable, TypeVar
 
 import torch
 
-from evaluator.child import lean_headers, precompiled
+from evaluator.child import lean_headers, nvcc_driver, precompiled
 from evaluator.parent import buildcache
 from evaluator.sandbox import cgroups, gpumemory
 from evaluator.contracts import EvalSettings, EvaluatorError
@@ -265,5 +265,5 @@ def build_key(source: str, device: str) -> str:
     """Builds are reusable exactly when source, toolchain, target and the way kforge builds are the same."""
     arch = torch.cuda.get_arch_list() if device == "cuda" else [platform.machine()]
     material = "\0".join([source, torch.__version__, str(torch.version.cuda), device, ",".join(arch), platform.python_version(),
-                          lean_headers.VERSION])
+                          lean_headers.VERSION, nvcc_driver.VERSION])
     return hashlib.sha256(material.encode()).hexdigest()[:24]

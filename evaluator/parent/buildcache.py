@@ -175,9 +175,9 @@ def _remove_view(workdir: Path) -> None:
 def prepare_headers(source: str, root: Path, scratch: Path, tool: Tool) -> list[str]:
     """Before a compile child starts: build and publish the .gch its load_inline calls will want."""
     said = []
-    for flags, with_cuda in precompiled.predicted_builds(source)[:MAX_BUILDS_PER_COMPILE]:
+    for flags, with_cuda, binding in precompiled.predicted_builds(source)[:MAX_BUILDS_PER_COMPILE]:
         try:
-            v = precompiled.variant(root, flags, with_cuda)
+            v = precompiled.variant(root, flags, with_cuda, binding)
             said.append(f"{list(flags)}: {build(v, scratch, tool) if v else 'not eligible'}")
         except Exception as exc:  # noqa: BLE001 - a precompiled header is an optimisation, never a failure
             said.append(f"{list(flags)}: {type(exc).__name__}: {exc}")
