@@ -6,11 +6,15 @@ import enum
 import functools
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, computed_field, model_validator
 
+from evaluator.hardware import device_name
 from reference_problems import Problem
+
+if TYPE_CHECKING:
+    from db import EvaluationRow
 
 
 class EvaluatorError(RuntimeError):
@@ -225,6 +229,27 @@ class Verdict(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status is Status.CORRECT
+
+    @classmethod
+    def of(cls, job: CandidateJob, settings: EvalSettings, status: Status, **kw: Any) -> Verdict:
+        """A fresh verdict on `job`, stamped with what it was judged on (device, size, torch and CUDA versions): the
+        evaluator's, and the one a caller reaches without it (an answer with no code to run)."""
+        import torch  # here: the contracts load without torch
+
+        kw.setdefault("device_name", device_name(settings.device))
+        return cls(status=status, problem=job.problem.name, solution_sha256=job.sha256, solution_path=str(job.path),
+                   device=settings.device, size=settings.size, torch_version=torch.__version__,
+                   cuda_version=torch.version.cuda, **kw)
+
+    @classmethod
+    def from_row(cls, row: EvaluationRow) -> Verdict:
+        """A stored evaluation back as a Verdict, so callers handle one kind of result."""
+        stats = {k: TimingStats.model_validate(v) for k, v in row.timings.items()}
+        return cls(status=Status(row.status), problem=row.problem, solution_sha256=row.solution_sha256,
+                   solution_path=row.solution_path, device=row.device, device_name=row.device_name, size=row.size,
+                   evidence=Evidence.model_validate(row.evidence), speedup=row.speedup,
+                   speedup_vs_compile=row.speedup_vs_compile, torch_version=row.torch_version,
+                   cuda_version=row.cuda_version, wall_s=row.wall_s, **stats)
 
 
 class KernelProfile(BaseModel):

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from evaluator.contracts import CandidateJob, EvalSettings, Verdict
 from judging.record import record_solution, record_verdict
-from judging.reuse import stored_verdict, twin_verdict, verdict_from_row
+from judging.reuse import stored_verdict, twin_verdict
 
 if TYPE_CHECKING:  # annotations only: the CLI's start-up must not load SQLAlchemy
     from db import Database, EvaluationRow
@@ -79,7 +79,7 @@ def _store(database: Database, submission: Submission) -> None:
 
 
 def _reused(row: EvaluationRow, job: CandidateJob) -> Judged:
-    return Judged(verdict_from_row(row), row.id, True, job)
+    return Judged(Verdict.from_row(row), row.id, True, job)
 
 
 def _stored(database: Database, submissions: list[Submission], settings: EvalSettings,

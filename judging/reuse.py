@@ -1,28 +1,18 @@
 """Which stored verdict stands for a candidate, so that code judged on a device and size is not judged there again:
 the latest verdict of the same code, or of any code of the problem with the same normalized form; never one of
-kforge's own failures, which said nothing about the code (Status.reusable). Stored rows come back as Verdicts, so
-callers handle one kind of result."""
+kforge's own failures, which said nothing about the code (Status.reusable). A stored row comes back as a Verdict
+(Verdict.from_row)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from evaluator.contracts import EvalSettings, Evidence, Status, TimingStats, Verdict
+from evaluator.contracts import EvalSettings, Status
 from evaluator.hardware import device_name
 
 if TYPE_CHECKING:
     from db import Database, EvaluationRow
     from evaluator.contracts import CandidateJob
-
-
-def verdict_from_row(row: EvaluationRow) -> Verdict:
-    """A stored evaluation back as a Verdict."""
-    stats = {k: TimingStats.model_validate(v) for k, v in row.timings.items()}
-    return Verdict(status=Status(row.status), problem=row.problem, solution_sha256=row.solution_sha256,
-                   solution_path=row.solution_path, device=row.device, device_name=row.device_name, size=row.size,
-                   evidence=Evidence.model_validate(row.evidence), speedup=row.speedup,
-                   speedup_vs_compile=row.speedup_vs_compile, torch_version=row.torch_version,
-                   cuda_version=row.cuda_version, wall_s=row.wall_s, **stats)
 
 
 def _reusable(row: EvaluationRow | None) -> EvaluationRow | None:

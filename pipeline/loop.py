@@ -14,7 +14,6 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-import torch
 from pydantic import BaseModel, Field
 
 from db import Database
@@ -106,14 +105,6 @@ def write_candidate(out_dir: Path, problem: str, code: str) -> Path:
     if not path.exists():
         path.write_bytes(raw)
     return path
-
-
-def static_verdict(extraction: Extraction, path: Path, problem: Problem, settings: EvalSettings) -> Verdict:
-    """Cut-off or malformed answers get their verdict here: nothing is compiled for them."""
-    return Verdict(status=VERDICT_STATUS[extraction.status], problem=problem.name,
-                   solution_sha256=path.stem, solution_path=str(path), device=settings.device,
-                   device_name=device_name(settings.device), size=settings.size,
-                   evidence=Evidence(stage="parse", cause=extraction.cause), torch_version=torch.__version__)
 
 
 class Loop:
@@ -306,7 +297,8 @@ class Loop:
         """The answer's code with its lineage (the call that wrote it, the parent it refines), and the verdict of an
         answer that cannot be run."""
         job = CandidateJob(path=c.path, problem=problem, source=c.extraction.code.encode())
-        static = None if c.extraction.ok else static_verdict(c.extraction, c.path, problem, self.settings)
+        static = None if c.extraction.ok else Verdict.of(job, self.settings, VERDICT_STATUS[c.extraction.status],
+                                                         evidence=Evidence(stage="parse", cause=c.extraction.cause))
         return Submission(job=job, origin="repair" if c.turn else "generated", model=c.model,
                           parent_sha256=c.parent_sha256, normalized_sha256=normalized_sha256(job.text),
                           generation_id=c.generation_id, verdict=static)

@@ -7,7 +7,6 @@ from pydantic import BaseModel, Field
 
 from db import Database, EvaluationRow
 from evaluator import EvalSettings, Status, Verdict
-from judging.reuse import verdict_from_row
 from pipeline.features import technique
 from prompts import Example, Program
 from reference_problems import Problem
@@ -57,7 +56,7 @@ def parent_of(database: Database, problem: Problem, row: EvaluationRow) -> Paren
     """A stored evaluation as a parent: its code, its verdict, and the call that wrote it (if one did)."""
     solution = database.get_solution(row.solution_sha256)
     generation = next((g.id for g in database.generations(problem.name) if g.solution_sha256 == row.solution_sha256), None)
-    return Parent(sha256=row.solution_sha256, source=solution.source, verdict=verdict_from_row(row),
+    return Parent(sha256=row.solution_sha256, source=solution.source, verdict=Verdict.from_row(row),
                   generation_id=generation)
 
 

@@ -6,14 +6,11 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import torch
-
 from evaluator.parent.batch import Batch
 from evaluator.verdict.checks import Checks
 from evaluator.contracts import CandidateJob, EvalSettings, Status, Verdict
 from evaluator.parent.flops import ProblemCosts
 from evaluator.sandbox.gpumemory import ProcessMemory
-from evaluator.hardware import device_name
 from evaluator.verdict.case import Outcome, Reference
 from evaluator.verdict.rules import judge
 from evaluator.verdict.speed import pooled
@@ -23,12 +20,7 @@ from evaluator.sandbox.results import ChildResult
 from reference_problems import ProblemMeta
 
 
-def verdict(job: CandidateJob, settings: EvalSettings, status: Status, **kw) -> Verdict:
-    """A verdict on `job`, stamped with what it was judged on (device, size, torch and CUDA versions)."""
-    kw.setdefault("device_name", device_name(settings.device))
-    return Verdict(status=status, problem=job.problem.name, solution_sha256=job.sha256, solution_path=str(job.path),
-                   device=settings.device, size=settings.size, torch_version=torch.__version__,
-                   cuda_version=torch.version.cuda, **kw)
+verdict = Verdict.of  # the runner's name for it
 
 
 def _notes(compiled: ChildResult, *results: ChildResult) -> list[str]:
@@ -91,7 +83,7 @@ def judged(batch: Batch, costs: ProblemCosts | None, job: CandidateJob, compiled
                                                   dataclasses.replace(more.ref, flops=ref.flops)) for more in ran.more)],
                          [r.pacer.paired for r in (ran, *ran.more)])
     judge_s = time.monotonic() - judged_at
-    found = verdict(job, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
+    found = Verdict.of(job, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
     found.evidence.compile_s, found.evidence.cache_hit = build.get("seconds"), build.get("cache_hit")
     found.evidence.build_steps_s = build.get("steps") or {}
