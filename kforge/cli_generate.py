@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -62,68 +64,91 @@ def best_table(results: list[RunResult]) -> Table:
     return table
 
 
-def generate(
-    problem: Annotated[Optional[str], typer.Option("--problem", "-p", help="registered name or path; several comma-separated")] = None,
-    samples: Annotated[int, typer.Option("--samples", "-n", min=1, help="candidates drawn per turn")] = 1,
-    turns: Annotated[int, typer.Option("--turns", "-t", min=1, help="rounds: 1 = sample only, 2 = sample then refine once, ...")] = 1,
-    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", metavar="MODEL", help="model name (default $KFORGE_LLM_MODEL); repeat it for several models, chosen per request by value")] = None,
-    temperatures: Annotated[Optional[str], typer.Option("--temperatures", metavar="T,T", help="comma-separated: each model is asked at each, chosen per request by value")] = None,
-    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible server (default $KFORGE_LLM_BASE_URL)")] = None,
-    replay: Annotated[Optional[Path], typer.Option("--replay", help="serve recorded transcripts from this directory instead of an LLM")] = None,
-    device: Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")] = None,
-    size: Annotated[str, typer.Option("--size", help="full, small, or auto (small on CPU, full on CUDA)")] = "auto",
-    db_url: Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="one JSON object per candidate")] = False,
-    out_dir: Annotated[Path, typer.Option("--out", help="where candidate files are written")] = DEFAULT_OUT,
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="LLM calls in flight")] = 4,
-    prices: Annotated[Optional[Path], typer.Option("--prices", help='JSON price table {"MODEL": {"prompt": USD, "completion": USD}} per 1M tokens (default $KFORGE_LLM_PRICES)')] = None,
-    budget_tokens: Annotated[Optional[int], typer.Option("--budget-tokens", min=1, help="stop the run once its calls used this many tokens")] = None,
-    budget_usd: Annotated[Optional[float], typer.Option("--budget-usd", min=0, help="stop once its calls cost this many dollars (needs a price)")] = None,
-    budget_seconds: Annotated[Optional[float], typer.Option("--budget-seconds", min=0, help="stop after this many wall seconds (over all its sessions)")] = None,
-    budget_candidates: Annotated[Optional[int], typer.Option("--budget-candidates", min=1, help="stop after this many paid answers")] = None,
-    resume: Annotated[Optional[int], typer.Option("--resume", help="continue run ID with its stored settings (budget options given replace its budget)")] = None,
-    islands: Annotated[int, typer.Option("--islands", min=0, help="program archive with this many islands (0: refine the best)")] = 0,
-    migration_interval: Annotated[int, typer.Option("--migration-interval", min=1, help="turns between migrations of each island's best")] = 2,
-    seed: Annotated[int, typer.Option("--seed", help="seed of the archive's parent draws and the choice of model")] = 0,
-    inspirations: Annotated[int, typer.Option("--inspirations", min=0, help="other archive kernels shown in a refine prompt")] = 0,
-    crossover: Annotated[float, typer.Option("--crossover", min=0, max=1, help="probability that a parent is combined with another")] = 0.0,
-    contrast: Annotated[float, typer.Option("--contrast", min=0, help="with --islands: also show a slower and a faster archive kernel at least this many times apart (0: none)")] = 0.0,
-    related_kernels: Annotated[int, typer.Option("--related", min=0, help="verified kernels of similar problems shown in a problem's first prompts")] = 0,
-    sol_stop: Annotated[float, typer.Option("--sol-stop", min=0, max=1, help="a problem is done once a kernel reaches this fraction of the speed of light (0: never)")] = 0.9,
-    profile: Annotated[bool, typer.Option("--profile/--no-profile", help="on a GPU with ncu: profile each round's best correct kernel with Nsight Compute and show its metrics in the next refine prompt")] = True,
-) -> None:
-    """Ask an LLM for kernels, judge them, feed back what failed, and refine the best."""
+@dataclass(frozen=True)
+class GenerateOptions:
+    """`kforge generate`'s options, declared once: typer reads them from these fields (`generate`'s signature)."""
 
+    problem: Annotated[Optional[str], typer.Option("--problem", "-p", help="registered name or path; several comma-separated")] = None
+    samples: Annotated[int, typer.Option("--samples", "-n", min=1, help="candidates drawn per turn")] = 1
+    turns: Annotated[int, typer.Option("--turns", "-t", min=1, help="rounds: 1 = sample only, 2 = sample then refine once, ...")] = 1
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", metavar="MODEL", help="model name (default $KFORGE_LLM_MODEL); repeat it for several models, chosen per request by value")] = None
+    temperatures: Annotated[Optional[str], typer.Option("--temperatures", metavar="T,T", help="comma-separated: each model is asked at each, chosen per request by value")] = None
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible server (default $KFORGE_LLM_BASE_URL)")] = None
+    replay: Annotated[Optional[Path], typer.Option("--replay", help="serve recorded transcripts from this directory instead of an LLM")] = None
+    device: Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")] = None
+    size: Annotated[str, typer.Option("--size", help="full, small, or auto (small on CPU, full on CUDA)")] = "auto"
+    db_url: Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")] = None
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON object per candidate")] = False
+    out_dir: Annotated[Path, typer.Option("--out", help="where candidate files are written")] = DEFAULT_OUT
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="LLM calls in flight")] = 4
+    prices: Annotated[Optional[Path], typer.Option("--prices", help='JSON price table {"MODEL": {"prompt": USD, "completion": USD}} per 1M tokens (default $KFORGE_LLM_PRICES)')] = None
+    budget_tokens: Annotated[Optional[int], typer.Option("--budget-tokens", min=1, help="stop the run once its calls used this many tokens")] = None
+    budget_usd: Annotated[Optional[float], typer.Option("--budget-usd", min=0, help="stop once its calls cost this many dollars (needs a price)")] = None
+    budget_seconds: Annotated[Optional[float], typer.Option("--budget-seconds", min=0, help="stop after this many wall seconds (over all its sessions)")] = None
+    budget_candidates: Annotated[Optional[int], typer.Option("--budget-candidates", min=1, help="stop after this many paid answers")] = None
+    resume: Annotated[Optional[int], typer.Option("--resume", help="continue run ID with its stored settings (budget options given replace its budget)")] = None
+    islands: Annotated[int, typer.Option("--islands", min=0, help="program archive with this many islands (0: refine the best)")] = 0
+    migration_interval: Annotated[int, typer.Option("--migration-interval", min=1, help="turns between migrations of each island's best")] = 2
+    seed: Annotated[int, typer.Option("--seed", help="seed of the archive's parent draws and the choice of model")] = 0
+    inspirations: Annotated[int, typer.Option("--inspirations", min=0, help="other archive kernels shown in a refine prompt")] = 0
+    crossover: Annotated[float, typer.Option("--crossover", min=0, max=1, help="probability that a parent is combined with another")] = 0.0
+    contrast: Annotated[float, typer.Option("--contrast", min=0, help="with --islands: also show a slower and a faster archive kernel at least this many times apart (0: none)")] = 0.0
+    related_kernels: Annotated[int, typer.Option("--related", min=0, help="verified kernels of similar problems shown in a problem's first prompts")] = 0
+    sol_stop: Annotated[float, typer.Option("--sol-stop", min=0, max=1, help="a problem is done once a kernel reaches this fraction of the speed of light (0: never)")] = 0.9
+    profile: Annotated[bool, typer.Option("--profile/--no-profile", help="on a GPU with ncu: profile each round's best correct kernel with Nsight Compute and show its metrics in the next refine prompt")] = True
+
+
+def generate(**given: Any) -> None:
+    """Ask an LLM for kernels, judge them, feed back what failed, and refine the best."""
+    options = GenerateOptions(**given)
     try:
-        budget = _budget(budget_tokens, budget_usd, budget_seconds, budget_candidates)
-        if resume is not None and problem:
-            raise UserError("--resume runs the stored run's problems and settings: drop --problem (only budget options may change)")
-        if resume is None:  # bad input is reported before a database file is made
-            archive = _archive(islands, migration_interval=migration_interval, seed=seed, inspirations=inspirations,
-                               crossover=crossover, contrast=contrast)
-            config = RunConfig(samples=samples, turns=turns, concurrency=concurrency, out_dir=out_dir,
-                               budget=budget or Budget(), archive=archive,
-                               retrieval=RetrievalConfig(k=related_kernels) if related_kernels else None,
-                               sol_stop=sol_stop or None, profile=profile,
-                               bandit=BanditConfig(temperatures=_temperatures(temperatures), seed=seed))
-            models = list(dict.fromkeys(model or []))
-            spec = runs.RunSpec(problems=_names(problem), model=models[0] if models else None, models=models[1:],
-                                base_url=base_url,
-                                replay=str(replay) if replay else None, device=device or "", size=size, config=config)
-            problems, provider, llm, settings = _prepare(spec, prices)
-            database = open_db(db_url)
-            spec.device, spec.size = settings.device, settings.size
-            run_id, meter = runs.start(database, spec)
-        else:
-            database = open_db(db_url)
-            run_id = resume
-            spec, meter = runs.resume(database, resume, budget)
-            problems, provider, llm, settings = _prepare(spec, prices)
-        config = spec.config.model_copy(update={"temperature": llm.temperature, "max_tokens": llm.max_tokens})
-        results = run_all(provider, database, settings, config, problems, json_out, run_id, meter)
+        database, run_id, results = _run(options)
     except (UserError, ProblemError, DatabaseError, EvaluatorError, LLMError, LedgerError, runs.RunError) as exc:
         err.print(f"kforge: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+    _summarize(database, run_id, results, options.json_out)
+
+
+generate.__signature__ = inspect.signature(GenerateOptions, eval_str=True)  # type: ignore[attr-defined]
+
+
+def _run(o: GenerateOptions) -> tuple[Database, int, list[RunResult]]:
+    """A new run (its input checked before a database file is made) or the resumed one, run to its end."""
+    budget = _budget(o.budget_tokens, o.budget_usd, o.budget_seconds, o.budget_candidates)
+    if o.resume is not None and o.problem:
+        raise UserError("--resume runs the stored run's problems and settings: drop --problem (only budget options may change)")
+    if o.resume is None:
+        spec = _spec(o, budget)
+        problems, provider, llm, settings = _prepare(spec, o.prices)
+        database = open_db(o.db_url)
+        spec.device, spec.size = settings.device, settings.size
+        run_id, meter = runs.start(database, spec)
+    else:
+        database, run_id = open_db(o.db_url), o.resume
+        spec, meter = runs.resume(database, o.resume, budget)
+        problems, provider, llm, settings = _prepare(spec, o.prices)
+    config = spec.config.model_copy(update={"temperature": llm.temperature, "max_tokens": llm.max_tokens})
+    return database, run_id, run_all(provider, database, settings, config, problems, o.json_out, run_id, meter)
+
+
+def _spec(o: GenerateOptions, budget: Budget | None) -> runs.RunSpec:
+    """A new run's problems, models and settings, each checked (one-line errors)."""
+    archive = _archive(o.islands, migration_interval=o.migration_interval, seed=o.seed, inspirations=o.inspirations,
+                       crossover=o.crossover, contrast=o.contrast)
+    config = RunConfig(samples=o.samples, turns=o.turns, concurrency=o.concurrency, out_dir=o.out_dir,
+                       budget=budget or Budget(), archive=archive,
+                       retrieval=RetrievalConfig(k=o.related_kernels) if o.related_kernels else None,
+                       sol_stop=o.sol_stop or None, profile=o.profile,
+                       bandit=BanditConfig(temperatures=_temperatures(o.temperatures), seed=o.seed))
+    models = list(dict.fromkeys(o.model or []))
+    return runs.RunSpec(problems=_names(o.problem), model=models[0] if models else None, models=models[1:],
+                        base_url=o.base_url, replay=str(o.replay) if o.replay else None, device=o.device or "",
+                        size=o.size, config=config)
+
+
+def _summarize(database: Database, run_id: int, results: list[RunResult], json_out: bool) -> None:
+    """What the run said, its best kernels and spend (not with --json) and how it ended; exit 1 when nothing
+    answered and no budget stopped it."""
     profiled = [f"{r.problem}: Nsight Compute on {sha[:12]}: {said}" for r in results for sha, said in r.profiles.items()]
     for message in [e for r in results for e in r.errors] + [f"{r.problem} done: {r.reached}" for r in results if r.reached] + profiled:
         err.print(f"kforge: {message}", markup=False, highlight=False, soft_wrap=True)
