@@ -13,6 +13,7 @@ from rich.console import Console
 
 from evaluator.contracts import EvalSettings, EvaluatorError, Limits
 from evaluator.hardware import auto_device
+from evaluator.sandbox import forkserver
 from kforge.settings import Settings
 from reference_problems import ProblemError
 
@@ -38,7 +39,8 @@ def _print_version(wanted: bool) -> None:
 @app.callback()
 def _options(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
                                                    help="print kforge's version and exit")] = False) -> None:
-    """Options before any command."""
+    """Options before any command; how this process starts evaluator children (KFORGE_FORK_SERVER)."""
+    forkserver.use(Settings().fork_server)
 
 
 DbOpt = Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")]

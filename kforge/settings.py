@@ -23,6 +23,7 @@ class Settings(BaseSettings):
     timeout_s: float | None = None  # None: the evaluator's own default (evaluator.contracts.Limits)
     memory_mb: int | None = None
     sandbox: str = "strict"  # strict: refuse to run when a sandbox layer is missing; warn: run and record it
+    fork_server: bool = True  # children forked from one server that imported torch once; 0: each its own interpreter
 
     @field_validator("problems_dir", mode="before")
     @classmethod

@@ -30,6 +30,14 @@ def _child(base: Path, name: str) -> Child:
     return Child(workdir, workdir / "build", Limits(timeout_s=120), cap_address_space=True, jail=jail_spec([workdir], []))
 
 
+@pytest.fixture(params=[True, False], ids=["forked", "exec"])
+def fork(request: pytest.FixtureRequest):
+    """This test's children forked from the server, or each its own interpreter (forkserver.use)."""
+    forkserver.use(request.param)
+    yield request.param
+    forkserver.use(True)
+
+
 def _environ(pid: int) -> list[bytes]:
     return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
 
@@ -63,14 +71,28 @@ def test_when_the_server_dies_its_children_end_and_the_next_child_gets_a_new_one
     again.finish(wait=False)
 
 
-@pytest.mark.parametrize("fork", ["1", "0"])
-def test_both_ways_of_starting_a_child_give_the_same_clear_error(tmp_path: Path, monkeypatch, fork: str) -> None:
-    monkeypatch.setenv("KFORGE_FORK_SERVER", fork)
+def test_both_ways_of_starting_a_child_give_the_same_clear_error(tmp_path: Path, fork: bool) -> None:
     child = _child(tmp_path, "child")
-    assert isinstance(child.proc, forkserver.Forked) == (fork == "1")
+    assert isinstance(child.proc, forkserver.Forked) == fork
     child.begin(_Stray())
     result = child.finish()
     assert result.returncode == 1 and result.last("error")["exc_type"] == "MalformedRequest"
+
+
+def test_kforge_fork_server_reaches_the_evaluator_through_kforges_settings(monkeypatch) -> None:
+    """kforge/settings.py reads KFORGE_FORK_SERVER; the evaluator reads no environment, it is told (forkserver.use)."""
+    from typer.testing import CliRunner
+
+    from kforge import cli
+    from kforge.cli_report import register
+
+    register()
+    monkeypatch.setenv("KFORGE_FORK_SERVER", "0")
+    try:
+        assert CliRunner().invoke(cli.app, ["problems", "--json"]).exit_code == 0
+        assert not forkserver.enabled()
+    finally:
+        forkserver.use(True)
 
 
 def test_a_server_that_cannot_fork_usable_children_says_why_and_children_start_as_interpreters(
@@ -100,11 +122,9 @@ def test_a_server_that_cannot_fork_usable_children_says_why_and_children_start_a
     assert not refusing.is_alive()  # the server ends when kforge's end closes
 
 
-@pytest.mark.parametrize("fork", ["1", "0"])
-def test_sigint_is_the_polite_stop_either_way(tmp_path: Path, monkeypatch, fork: str) -> None:
+def test_sigint_is_the_polite_stop_either_way(tmp_path: Path, fork: bool) -> None:
     """kforge's stop is SIGINT first: a child turns it into KeyboardInterrupt (torch's build then removes its lock
     file) and says so, forked or exec'd, rather than dying of the signal."""
-    monkeypatch.setenv("KFORGE_FORK_SERVER", fork)
     child = _child(tmp_path, "child")
     assert child.wait_for("loaded")
     inner = int(Path(f"/proc/{child.proc.pid}/task/{child.proc.pid}/children").read_text().split()[0])

@@ -13,7 +13,8 @@ Per child the server forks the jail's outer process, which takes the descriptors
 result) and nothing else, a session of its own, the child's cwd, environment and limits
 (spawn.prepare_child), then builds the jail (evaluator.sandbox.jail.enter) and runs evaluator.child.main in it. Each
 child's exit status goes back to kforge on the socket, which its `Forked` handle reads like a Popen's.
-`KFORGE_FORK_SERVER=0` starts every child as its own interpreter again (the same jail, for comparisons).
+`use(False)` starts every child as its own interpreter again (the same jail, for comparisons): kforge's commands
+set it from KFORGE_FORK_SERVER (kforge/settings.py).
 """
 
 from __future__ import annotations
@@ -30,10 +31,18 @@ import threading
 from typing import Callable
 
 MESSAGE = 1 << 20  # one spawn request: the jail spec (paths) and the environment
+_enabled = True
+
+
+def use(on: bool) -> None:
+    """Whether this process's children are forked from the server (else each is its own interpreter): a choice of
+    the process, as the server is one per process."""
+    global _enabled
+    _enabled = on
 
 
 def enabled() -> bool:
-    return os.environ.get("KFORGE_FORK_SERVER", "1") != "0"
+    return _enabled
 
 
 class Forked:
