@@ -148,7 +148,7 @@ def _spec(o: GenerateOptions, budget: Budget | None) -> runs.RunSpec:
 
 def _summarize(database: Database, run_id: int, results: list[RunResult], json_out: bool) -> None:
     """What the run said, its best kernels and spend (not with --json) and how it ended; exit 1 when nothing
-    answered and no budget stopped it."""
+    answered and no budget ended the run."""
     profiled = [f"{r.problem}: Nsight Compute on {sha[:12]}: {said}" for r in results for sha, said in r.profiles.items()]
     for message in [e for r in results for e in r.errors] + [f"{r.problem} done: {r.reached}" for r in results if r.reached] + profiled:
         err.print(f"kforge: {message}", markup=False, highlight=False, soft_wrap=True)
