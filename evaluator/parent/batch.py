@@ -258,7 +258,7 @@ def compile_plan(settings: EvalSettings) -> cgroups.CompilePlan:
     and candidate are left out (where any others are left)."""
     allowed = os.sched_getaffinity(0)
     timed, others = cpu_cores(settings.cpu_threads, allowed) if settings.device == "cpu" else (set(), allowed)
-    return cgroups.compile_plan(settings.jobs, len(others if others != timed else allowed))
+    return cgroups.compile_plan(settings.jobs, len(others if others != timed else allowed), settings.device)
 
 
 def build_key(source: str, device: str) -> str:
