@@ -24,6 +24,8 @@ from evaluator import CandidateJob, EvalSettings, evaluate
 from evaluator.child.loading import import_file, load_problem
 from evaluator.child.timing import bench
 from evaluator.child.trials import build_model, make_inputs
+from evaluator.sandbox import forkserver
+from kforge.settings import Settings
 from reference_problems import list_problems
 
 
@@ -84,6 +86,7 @@ def main() -> None:
     parser.add_argument("--modes", default="cold,warm,naive", help="which of cold, warm, naive to run, in that order (a repeated one runs again)")
     parser.add_argument("--build-root", type=Path, help="the build cache (default: a fresh one, so cold is cold)")
     args = parser.parse_args()
+    forkserver.use(Settings().fork_server)  # KFORGE_FORK_SERVER=0: each child its own interpreter, as kforge's CLI reads it
     report_to = os.fdopen(os.dup(1), "w")  # the report alone; builds run in-process (naive) print to fd 1
     os.dup2(2, 1)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # the evaluator's reference run times

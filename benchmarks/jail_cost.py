@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from evaluator.parent import buildcache  # noqa: E402
-from evaluator.sandbox import cgroups
+from evaluator.sandbox import cgroups, forkserver
 from evaluator.contracts import Limits  # noqa: E402
 from evaluator.parent.jail_spec import jail_spec, probe_layers  # noqa: E402
 from evaluator.protocol import IntrospectRequest  # noqa: E402
@@ -72,8 +71,8 @@ def main(reps: int = 20, together: int = 8) -> None:
                 jailed.append(_jailed_once(spec, [sys.executable, "-c", code], str(scratch)))
             out[name] = {"plain_ms": round(statistics.median(plain), 1), "jailed_ms": round(statistics.median(jailed), 1),
                          "cost_ms": round(statistics.median(jailed) - statistics.median(plain), 1), "reps": reps}
-        for launch, forked in (("forked", "1"), ("exec", "0")):  # from the fork server (its start: the first), or not
-            os.environ["KFORGE_FORK_SERVER"] = forked
+        for launch, forked in (("forked", True), ("exec", False)):  # from the fork server (its start: the first), or not
+            forkserver.use(forked)
             out[launch] = {"child_alone_s": [_children_at_once(Path(root), 1)[0] for _ in range(3)],
                            f"children_{together}_at_once_s": _children_at_once(Path(root), together)}
     print(json.dumps(out))

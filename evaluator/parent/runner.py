@@ -31,7 +31,7 @@ from evaluator.parent.references import OpenProblems, ReferenceFailed, Reference
 from evaluator.sandbox.results import Budget, ChildResult
 from evaluator.sandbox.spawn import LOG, Child
 from evaluator.child.trials import OUTPUT_SUFFIX
-from evaluator.parent.verdicts import Ran, judged, verdict
+from evaluator.parent.verdicts import Ran, judged
 from evaluator.static import check_source
 
 _log = logging.getLogger(__name__)
@@ -65,12 +65,12 @@ def _prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict
     settings = batch.settings
     check = check_source(job.text)
     if check.status:
-        return verdict(job, settings, check.status, evidence=Evidence(stage="parse", cause=check.cause))
+        return Verdict.of(job, settings, check.status, evidence=Evidence(stage="parse", cause=check.cause))
     if check.needs_cuda and settings.device != "cuda":
-        return verdict(job, settings, Status.SKIPPED,
+        return Verdict.of(job, settings, Status.SKIPPED,
                         evidence=Evidence(stage="parse", cause="skipped: no CUDA device (the candidate builds or uses CUDA code)"))
     if check.cpu_only and settings.device == "cuda":
-        return verdict(job, settings, Status.SKIPPED,
+        return Verdict.of(job, settings, Status.SKIPPED,
                         evidence=Evidence(stage="parse", cause="skipped: CPU-only extension (load_inline without cuda_sources); use --device cpu"))
     prep = _Prepared(job=job, build_dir=batch.build_root / build_key(job.text, settings.device),
                      workdir=batch.root / f"cand{index:05d}")
@@ -263,7 +263,7 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold,
         ref = server.ready(take)
     except ReferenceFailed as exc:
         child.finish(wait=False)
-        return verdict(prep.job, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
+        return Verdict.of(prep.job, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
     waited_s = time.monotonic() - waiting
     if child.result.arrival("loaded") is None:
         take.release()  # the reference ran on it; this child takes it again once loaded
@@ -283,7 +283,7 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold,
 def _compile_failure(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Verdict | None:
     """A failed compile is judged at once and waits for no device."""
     failed = _ended_badly(batch, compiled)
-    return verdict(prep.job, batch.settings, failed.status, evidence=failed.evidence) if failed else None
+    return Verdict.of(prep.job, batch.settings, failed.status, evidence=failed.evidence) if failed else None
 
 
 Stage = Callable[[CandidateJob, str], None]

@@ -20,7 +20,6 @@ from evaluator.sandbox.results import ChildResult
 from reference_problems import ProblemMeta
 
 
-verdict = Verdict.of  # the runner's name for it
 
 
 def _notes(compiled: ChildResult, *results: ChildResult) -> list[str]:
