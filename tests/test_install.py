@@ -59,6 +59,21 @@ def test_every_imported_package_is_declared():
     assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
 
 
+def _lock_pins() -> dict[str, str]:
+    """requirements.lock's pins: distribution name -> version."""
+    lines = (ROOT / "requirements.lock").read_text().splitlines()
+    return {_normal(name): version for name, version in
+            (line.split("==") for line in lines if line and not line.startswith("#"))}
+
+
+def test_the_lock_pins_every_declared_package():
+    """setup.sh installs with -c requirements.lock: a declared package missing there would float to whatever version
+    a fresh install finds. torch alone is pinned by setup.sh (its build differs per machine)."""
+    setup_torch = re.search(r"^TORCH=(\S+)$", (ROOT / "scripts" / "setup.sh").read_text(), re.M)
+    pins = _lock_pins() | ({"torch": setup_torch.group(1)} if setup_torch else {})
+    assert not _declared() - set(pins), f"declared in pyproject.toml but not pinned: {sorted(_declared() - set(pins))}"
+
+
 def _clean_env(**extra: str) -> dict[str, str]:
     """The caller's environment without what would let the venv see other code: PYTHONPATH, an active venv, KFORGE_*
     settings (CI's KFORGE_EXTRAS included: the README's setup uses the default extras). pip's own config stays."""
