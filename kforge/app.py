@@ -5,6 +5,7 @@ module, so command modules import it and never each other."""
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -13,6 +14,7 @@ from rich.console import Console
 
 from evaluator.contracts import EvalSettings, EvaluatorError, Limits
 from evaluator.hardware import auto_device
+from evaluator.parent import leases
 from evaluator.sandbox import forkserver
 from kforge.settings import Settings
 from reference_problems import ProblemError
@@ -41,6 +43,21 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_print_
                                                    help="print kforge's version and exit")] = False) -> None:
     """Options before any command; how this process starts evaluator children (KFORGE_FORK_SERVER)."""
     forkserver.use(Settings().fork_server)
+    _say_device_waits()
+
+
+class _Said(logging.Handler):
+    """Shows what the evaluator says on its logger as one `kforge: ...` line on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        err.print(f"kforge: {record.getMessage()}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _say_device_waits() -> None:
+    """A wait for a device another kforge process holds is said at once: who holds it, our place in line."""
+    if not any(isinstance(h, _Said) for h in leases.log.handlers):
+        leases.log.addHandler(_Said())
+        leases.log.setLevel(logging.INFO)
 
 
 DbOpt = Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")]

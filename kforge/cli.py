@@ -82,7 +82,8 @@ def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSetting
         for judged in judge_and_store(database, submissions, settings, rerun=rerun, backend=backend,
                                       on_evaluate=bar.start, on_stage=bar.stage):
             if not judged.reused:
-                bar.done(judged.verdict.solution_path, judged.verdict.status.value)
+                bar.done(judged.verdict.solution_path, judged.verdict.status.value,
+                         judged.verdict.evidence.stage_s.get("device_wait", 0.0))
             yield verdict_line(judged)
 
 
@@ -267,6 +268,7 @@ def _listed_only() -> None:
 def main() -> None:
     """The agent loop (torch, the LLM client) loads only for `kforge generate`; for every other command it is a
     name in the list with the same help line, so `kforge --help` starts without it."""
+    from kforge import cli_status
     from kforge.cli_report import register
 
     if sys.argv[1:2] == ["generate"]:
@@ -276,4 +278,5 @@ def main() -> None:
     else:
         app.command("generate", context_settings=_LAZY)(_listed_only)
     register()  # problems (list, import), report, export, import
+    cli_status.register()
     app()

@@ -24,6 +24,7 @@ class BatchProgress:
         self.total, self.started = 0, 0.0
         self.where: dict[str, str] = {}
         self.judged: Counter[str] = Counter()
+        self.device_wait_s = 0.0  # waits for devices other kforge processes held (leases.py)
         self._lock = threading.Lock()
         self.bar: Progress | None = None
 
@@ -46,10 +47,11 @@ class BatchProgress:
             self.where[str(job.path)] = stage
             self.bar.update(self.task, description=self._describe())
 
-    def done(self, path: str | None, status: str) -> None:
+    def done(self, path: str | None, status: str, device_wait_s: float = 0.0) -> None:
         with self._lock:
             self.where.pop(str(path), None)
             self.judged[status] += 1
+            self.device_wait_s += device_wait_s
             self.bar.update(self.task, advance=1, description=self._describe())
 
     def __enter__(self) -> "BatchProgress":
@@ -63,5 +65,7 @@ class BatchProgress:
             left = self.total - sum(self.judged.values())
             self.console.print(f"kforge: judged {sum(self.judged.values())} of {self.total} in "
                                f"{time.monotonic() - self.started:.0f} s" + (f" ({counts})" if counts else "")
-                               + (f"; {left} not judged (interrupted)" if left else ""),
+                               + (f"; {left} not judged (interrupted)" if left else "")
+                               + (f"; waited {self.device_wait_s:.1f} s for devices other kforge processes held"
+                                  if self.device_wait_s else ""),
                                markup=False, highlight=False, soft_wrap=True)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
-import functools
 import hashlib
 import os
 import platform
@@ -17,7 +15,7 @@ from typing import Callable, TypeVar
 import torch
 
 from evaluator.child import lean_headers, nvcc_driver, precompiled
-from evaluator.parent import buildcache
+from evaluator.parent import buildcache, leases
 from evaluator.sandbox import cgroups, gpumemory
 from evaluator.contracts import EvalSettings, EvaluatorError
 from evaluator.hardware import visible_gpus
@@ -61,6 +59,7 @@ class Batch:
         self._free = set(self.gpus)
         self._freed = threading.Condition()
         self._locks: dict[str | None, int] = {}
+        self._leases: dict[str | None, leases.Lease] = {}
 
     def _check_sandbox(self) -> None:
         """Probe the jail once: in strict mode a missing layer stops the batch before any child runs."""
@@ -162,25 +161,43 @@ class Batch:
 
     def take_device(self, want: str | None = None) -> str | None:
         """A free device of the batch, or device `want` (waits for it); gives up when the batch is stopped. A device
-        is also locked against every other kforge process on this machine (an flock, released by the kernel if
-        this process dies): two submitters never time or leak-check on one GPU (or the CPU) at the same time."""
+        is also leased against every other kforge process on this machine (leases.py: an flock, released by the
+        kernel if this process dies, and a line in which they take turns): two submitters never time or leak-check
+        on one GPU (or the CPU) at the same time."""
         with self._freed:
+            tried: set[str | None] = set()
             while not self.stop.is_set():
                 free = [want] if want in self._free else [] if want is not None else sorted(self._free, key=str)
                 for device in free:
-                    lock = machine_lock(device)
+                    lock = self._lease(device).take()
+                    tried.add(device)
                     if lock is not None:
                         self._free.discard(device)
                         self._locks[device] = lock
+                        self._leave(tried - {device})
                         return device
                 self._freed.wait(timeout=0.25)
+            self._leave(tried)
         raise EvaluatorError("the batch was stopped")
+
+    def _lease(self, device: str | None) -> leases.Lease:
+        if device not in self._leases:
+            self._leases[device] = leases.Lease(device)
+        return self._leases[device]
+
+    def _leave(self, devices: set[str | None]) -> None:
+        for device in devices:
+            self._leases[device].leave()
+
+    def device_wait_s(self, device: str | None) -> float:
+        """How long the last take of `device` waited for other kforge processes."""
+        return self._leases[device].waited_s
 
     def give_back(self, device: str | None) -> None:
         with self._freed:
             lock = self._locks.pop(device, None)
             if lock is not None:
-                os.close(lock)  # closing the descriptor drops the flock
+                leases.Lease.give_back(lock)
             self._free.add(device)
             self._freed.notify_all()
 
@@ -189,16 +206,18 @@ class Hold:
     """One device of the batch for one candidate: taken when a child of it calls the hold (its gate, `want`: the
     GPU where the candidate's comparer lives) and kept until the candidate ends, or until `release` while nothing
     of it runs on the device. On CUDA a child loads (interpreter and torch, seconds) before it asks; on CPU the
-    device is held from the start, so that no load slows another child's timed run."""
+    device is held from the start, so that no load slows another child's timed run. `waited_s`: the seconds its
+    takes waited for other kforge processes (the verdict's `device_wait`)."""
 
     def __init__(self, batch: Batch):
-        self.batch, self.device, self.held = batch, None, False
+        self.batch, self.device, self.held, self.waited_s = batch, None, False, 0.0
         if batch.settings.device == "cpu":
             self(None)
 
     def __call__(self, want: str | None = None) -> str | None:
         if not self.held:
             self.device, self.held = self.batch.take_device(want), True
+            self.waited_s += self.batch.device_wait_s(self.device)
         return self.device
 
     def release(self) -> None:
@@ -209,11 +228,11 @@ class Hold:
             self.held = False
 
 
-def on_free_device(batch: Batch, run: Callable[[Hold], T]) -> tuple[T, str | None]:
-    """run(hold), then the device given back if held; also which device it last ran on (None if none)."""
+def on_free_device(batch: Batch, run: Callable[[Hold], T]) -> tuple[T, Hold]:
+    """run(hold), then the device given back if held; also the hold (the device it last ran on, its waits)."""
     hold = Hold(batch)
     try:
-        return run(hold), hold.device
+        return run(hold), hold
     finally:
         if hold.held:
             batch.give_back(hold.device)
@@ -224,33 +243,6 @@ def _sized(settings: EvalSettings, children: int) -> EvalSettings:
     memory_mb, processes = cgroups.child_share(settings.limits.memory_mb, settings.limits.processes, children)
     return settings.model_copy(update={"limits": settings.limits.model_copy(update={"memory_mb": memory_mb,
                                                                                      "processes": processes})})
-
-
-LOCK_DIR = Path("/tmp/kforge-device-locks")  # one place for every kforge process of the machine, whatever its TMPDIR
-
-
-@functools.cache
-def _device_identity(device: str | None) -> str:
-    """The physical device: a GPU's UUID (ids depend on each process's CUDA_VISIBLE_DEVICES), or the CPU."""
-    if device is None:
-        return "cpu"
-    try:
-        uuid = torch.cuda.get_device_properties(visible_gpus().index(device)).uuid
-        return f"cuda-{uuid}"
-    except (ValueError, RuntimeError, AttributeError, AssertionError):
-        return f"cuda-{device}"
-
-
-def machine_lock(device: str | None) -> int | None:
-    """An exclusive flock on the device's lock file, or None if another process holds it."""
-    LOCK_DIR.mkdir(mode=0o1777, exist_ok=True)
-    fd = os.open(LOCK_DIR / _device_identity(device), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def compile_plan(settings: EvalSettings) -> cgroups.CompilePlan:

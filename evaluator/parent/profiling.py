@@ -93,7 +93,7 @@ def budget_s(median_ms: float | None, limit_s: float) -> float:
 
 def _run(job: CandidateJob, settings: EvalSettings, ncu: Path, build_root: Path, build_dir: Path, workdir: Path,
          gpu: str, median_ms: float | None) -> Profile:
-    from evaluator.parent.batch import machine_lock
+    from evaluator.parent.leases import Lease
 
     src = workdir / "src" / job.path.name
     src.parent.mkdir(parents=True)
@@ -106,8 +106,10 @@ def _run(job: CandidateJob, settings: EvalSettings, ncu: Path, build_root: Path,
     log = workdir / "ncu.csv"
     runner = [str(ncu), "--metrics", ",".join(METRICS), "--csv", "--log-file", str(log), "--target-processes", "all",
               "--clock-control", "none", "--nvtx", "--nvtx-include", "kforge_forward/"]
-    lock = _wait_for(lambda: machine_lock(gpu))
+    lease = Lease(gpu)
+    lock = _wait_for(lease.take)
     if lock is None:
+        lease.leave()
         return Profile(said=f"GPU {gpu} stayed busy with another kforge run for {LOCK_WAIT_S:.0f} s")
     try:
         child = Child(workdir, build_dir, limits, cap_address_space=False, jail=spec, runner=runner)
@@ -116,7 +118,7 @@ def _run(job: CandidateJob, settings: EvalSettings, ncu: Path, build_root: Path,
                                    init_seed=secrets.randbits(31), input_seed=secrets.randbits(31), calls=CALLS, gpu=gpu))
         result = child.finish()
     finally:
-        os.close(lock)
+        Lease.give_back(lock)
     text = log.read_text(errors="replace") if log.is_file() else ""
     kernels = parse_csv(text, CALLS)
     if kernels:

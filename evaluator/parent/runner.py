@@ -210,14 +210,16 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
 
     batch.on_stage(prep.job, "running")
     try:
-        ran, ran_on = on_free_device(batch, run)
+        ran, hold = on_free_device(batch, run)
     finally:
         if not began:  # the batch stopped before the run began
             problems.finished_one(prep.job.problem)
             if child is not None:
                 child.finish(wait=False)
     found = _within_budgets(judged(batch, costs, prep.job, compiled, ran), ran) if isinstance(ran, Ran) else ran
-    found.evidence.gpu = ran_on
+    found.evidence.gpu = hold.device
+    if hold.waited_s:
+        found.evidence.stage_s["device_wait"] = round(hold.waited_s, 3)
     _free(prep.workdir)
     return found
 
