@@ -101,6 +101,13 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
+def compiling(build_root: Path, build_dir: Path):
+    """Held while a key is compiled: a second compile of the same key, from another thread (an answer compiled on
+    arrival, evaluator/parent/prebuild.py, then judged) or another kforge process, waits for the first and reads
+    how it ended instead of compiling again."""
+    return _locked(build_root / _OUTCOMES / f"{build_dir.name}.compiling")
+
+
 def publish(workdir: Path, build_dir: Path) -> bool:
     """Move the build a compile child made in its view into the cache; False if it made none there (the view was
     off: the child built in the cache itself, as before views existed)."""

@@ -59,7 +59,7 @@ def run_budget(settings: EvalSettings, ref: Reference) -> EvalSettings:
     return settings.model_copy(update={"limits": settings.limits.model_copy(update={"timeout_s": timeout})})
 
 
-def _prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict:
+def prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict:
     """Static checks first: a truncated, non-Python or GPU-only candidate costs no compile. The rest get the job's
     bytes in their scratch: the file itself is not read again."""
     settings = batch.settings
@@ -79,16 +79,22 @@ def _prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict
     return prep
 
 
-def _compile(batch: Batch, prep: _Prepared) -> ChildResult:
+def compile_once(batch: Batch, prep: _Prepared) -> ChildResult:
     """A compile child, unless the key's compile ended before (buildcache.CompileRecord): a compiler error comes back
     from what the parent kept, and a finished build is loaded by the candidate child as it is, which saves a
     process and a torch import (seconds) per candidate on a warm run. The compile child builds in its view of
-    the cache; the build is published (and recorded) only when it ended well."""
-    memo = buildcache.CompileRecord(batch.build_root, prep.build_dir)
-    if (failure := memo.failure()) is not None:
-        return failure
-    if memo.was_built():
-        return _already_built(prep)
+    the cache; the build is published (and recorded) only when it ended well. One compile of a key at a time
+    (buildcache.compiling): a second waits and reads the first's record."""
+    with buildcache.compiling(batch.build_root, prep.build_dir):
+        memo = buildcache.CompileRecord(batch.build_root, prep.build_dir)
+        if (failure := memo.failure()) is not None:
+            return failure
+        if memo.was_built():
+            return _already_built(prep)
+        return _compile_child(batch, prep, memo)
+
+
+def _compile_child(batch: Batch, prep: _Prepared, memo: buildcache.CompileRecord) -> ChildResult:
     workdir = prep.workdir / "compile"
     said = buildcache.prepare_headers(prep.job.text, batch.build_root, prep.workdir / "pch", batch.tool(prep.workdir / "pch"))
     _log.info("precompiled headers for %s: %s", prep.job.path, "; ".join(said) or "none wanted")
@@ -307,7 +313,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
     try:
         prepared = []
         for i, job in enumerate(jobs):
-            item = _prepare(batch, job, i)
+            item = prepare(batch, job, i)
             if isinstance(item, Verdict):
                 yield item
             else:
@@ -315,7 +321,7 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
                 prepared.append(item)
         costs = ProblemCosts(batch, [prep.job.problem for prep in prepared]) if settings.timing and prepared else None
         problems = OpenProblems(batch, [prep.job.problem for prep in prepared], sizes=costs.bytes_moved if costs else None)
-        compiling = {compilers.submit(_compile, batch, prep): prep for prep in prepared}
+        compiling = {compilers.submit(compile_once, batch, prep): prep for prep in prepared}
         if settings.device == "cpu":  # CPU timings must not share the cores with compilers, nor the introspection
             wait(compiling)
             if costs:
