@@ -69,14 +69,16 @@ def import_(file: Annotated[Path, typer.Argument(help="a `kforge export --jsonl`
 
 
 @friendly
-def _list_problems(as_json: bool) -> None:
+def _list_problems(as_json: bool, level: int | None) -> None:
     rows = [{"name": p.name, "level": p.meta.level, "atol": p.meta.atol, "rtol": p.meta.rtol,
-             "description": p.meta.description, "path": str(p.path)} for p in list_problems(problems_dir())]
+             "description": p.meta.description, "path": str(p.path)} for p in list_problems(problems_dir())
+            if level is None or p.meta.level == level]
     if as_json:
         print(json.dumps(rows, indent=1))
         return
     table = Table(title="reference problems")
-    for col in ("name", "level", "atol", "rtol", "description"):
+    table.add_column("name", no_wrap=True, overflow="fold")  # a name cut short could read as another
+    for col in ("level", "atol", "rtol", "description"):
         table.add_column(col)
     for r in rows:
         table.add_row(r["name"], str(r["level"]), f"{r['atol']:g}", f"{r['rtol']:g}", r["description"])
@@ -84,10 +86,11 @@ def _list_problems(as_json: bool) -> None:
 
 
 @problems_app.callback()
-def problems_list(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List the registered problems (reference ones and imported ones)."""
+def problems_list(ctx: typer.Context, as_json: JsonOpt = False,
+                  level: Annotated[Optional[int], typer.Option("--level", help="only this KernelBench level")] = None) -> None:
+    """List the registered problems (reference ones and imported ones), by level, in their numbers' order."""
     if ctx.invoked_subcommand is None:
-        _list_problems(as_json)
+        _list_problems(as_json, level)
 
 
 @problems_app.command("import")

@@ -5,6 +5,7 @@ in KFORGE_PROBLEMS_DIR."""
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
 import re
 import shutil
@@ -114,7 +115,21 @@ def list_problems(user_dir: Path | None = None) -> list[Problem]:
     files = [p for p in PROBLEM_DIR.glob("*.py") if not p.name.startswith("_") and p.name != "registry.py"]
     user = user_problem_dir(user_dir)
     files += _level_files(user) if user.is_dir() else []
-    return sorted((load_problem_file(p) for p in files), key=lambda p: (p.meta.level, p.name))
+    return sorted((load_problem_file(p) for p in files), key=lambda p: (p.meta.level, _natural(p.name)))
+
+
+def _natural(name: str) -> tuple:
+    """KernelBench's numbered names in their numbers' order: 2_ before 10_ before 100_."""
+    return tuple(int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", name))
+
+
+def _suggestions(name: str, names: list[str], most: int = 5) -> list[str]:
+    """The names a typo most likely meant: those containing it (any case), then the closest spellings."""
+    typed = name.lower()
+    containing = [n for n in names if typed in n.lower()]
+    close = difflib.get_close_matches(typed, [n.lower() for n in names], n=most, cutoff=0.6)
+    by_lower = {n.lower(): n for n in names}
+    return list(dict.fromkeys(containing + [by_lower[c] for c in close]))[:most]
 
 
 def import_problems(root: Path, user_dir: Path | None = None) -> tuple[list[Problem], list[tuple[Path, str]]]:
@@ -151,5 +166,7 @@ def resolve_problem(name_or_path: str, user_dir: Path | None = None) -> Problem:
     for problem in problems:
         if problem.name == name_or_path:
             return problem
-    known = ", ".join(p.name for p in problems)
-    raise ProblemError(f"unknown problem '{name_or_path}' (known: {known})")
+    names = [p.name for p in problems]
+    meant = _suggestions(name_or_path, names)
+    hint = f"; did you mean {', '.join(meant)}?" if meant else ""
+    raise ProblemError(f"unknown problem '{name_or_path}'{hint} (`kforge problems` lists all {len(names)})")
