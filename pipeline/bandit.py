@@ -1,8 +1,10 @@
 """Model choice by value: the arms are (model, temperature) pairs, each behind its own Provider, and an
 epsilon-greedy bandit sends each request to the arm whose answers improved most per unit of cost.
 
-- Reward of a judged answer: max(0, its speedup - its parent's speedup) when it is correct (no correct parent, e.g.
-  a draft: its whole speedup), else 0. Improvement, not speed: re-sending the best kernel earns nothing.
+- Reward of a judged answer: max(0, its speedup - the best speedup already known for its problem, or its parent's
+  when that is higher) when it is correct, else 0; a near-duplicate of a judged answer earns nothing and still costs
+  its price. New speed, not speed: re-sending a known kernel, or another arm's, earns nothing (pipeline/loop.py
+  keeps the best known: the run's start, then each answer credited in turn and sample order).
 - Cost: the answer's USD when every answer told so far was priced, else its tokens (prompt + completion), so that
   all arms are measured in one unit. An arm's value is its summed reward over its summed cost.
 - Choice: an arm with fewer than `warmup` answers goes first (the least tried, then the first listed); then with
@@ -50,9 +52,10 @@ class Tally(BaseModel):
     unpriced: int = 0  # answers with no price: while any arm has one, costs are counted in tokens
 
 
-def improvement(speedup: float | None, parent_speedup: float | None) -> float:
-    """The reward of an answer: speedup (None: not correct) gained over its parent's (None: no correct parent)."""
-    return 0.0 if speedup is None else max(0.0, speedup - (parent_speedup or 0.0))
+def improvement(speedup: float | None, baseline: float | None) -> float:
+    """The reward of an answer: speedup (None: not correct, or a near-duplicate) gained over the baseline (None:
+    nothing correct known)."""
+    return 0.0 if speedup is None else max(0.0, speedup - (baseline or 0.0))
 
 
 def values(tallies: list[Tally]) -> list[float]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -75,10 +76,11 @@ class Candidate(BaseModel):
         return self.verdict.status.value if self.verdict else self.extraction.status.value
 
     def rank(self) -> tuple:
-        """Higher is better: correct and fast first, then how far the candidate got."""
+        """Higher is better: correct and fast first, then how far the candidate got; on a tie the evaluated
+        original before a near-duplicate's file (which was never run itself), then the later turn."""
         if self.verdict is None:
-            return (-1, 0.0, self.turn)
-        return (STATUS_RANK[self.verdict.status], self.verdict.speedup or 0.0, self.turn)
+            return (-1, 0.0, False, self.turn)
+        return (STATUS_RANK[self.verdict.status], self.verdict.speedup or 0.0, self.duplicate_of is None, self.turn)
 
 
 class RunResult(BaseModel):
@@ -126,6 +128,7 @@ class Loop:
         register_problem(self.database, problem)
         result = RunResult(problem=problem.name)
         archive = self._archive(problem)
+        best = self._known_best(problem) if self.bandit.learning else 0.0
         for turn in range(self.config.turns):
             if reason := self.meter.stop_reason():
                 result.stopped = reason
@@ -137,7 +140,7 @@ class Loop:
             drawn, errors, result.stopped = self._turn(problem, turn, slots)
             result.errors += errors
             result.candidates += drawn
-            self._credit(drawn)
+            best = self._credit(drawn, best)
             result.reached = self._at_speed_of_light(drawn)
             if archive is not None:
                 result.migrations += self._grow(archive, drawn, turn)
@@ -323,13 +326,24 @@ class Loop:
                         f"speed of light ({sol.ms:.4g} ms, {sol.bound}-bound)")
         return None
 
-    def _credit(self, drawn: list[Candidate]) -> None:
-        """Tell the bandit what each answer earned (a correct one: its speedup over its parent's) and cost."""
+    def _known_best(self, problem: Problem) -> float:
+        """The best correct speedup of the problem here known before this run began (a resumed run: its first
+        session), which its answers must beat to earn: replayed answers are credited as they were the first time."""
+        since = self.database.get_run(self.run_id).created_at if self.run_id is not None else datetime.now(UTC)
+        here = (device_name(self.settings.device), self.settings.size)
+        return max((r.speedup or 0.0 for r in self.database.evaluations(problem.name) if r.created_at < since
+                    and r.status == Status.CORRECT.value and (r.device_name, r.size) == here), default=0.0)
+
+    def _credit(self, drawn: list[Candidate], best: float) -> float:
+        """Tell the bandit what each answer earned and cost: a correct one its speedup over the best known for its
+        problem (its parent's when higher), a near-duplicate nothing. The best known after them."""
         if not self.bandit.learning:
-            return
+            return best
         for c in drawn:
             v = c.verdict
-            correct = v is not None and v.status is Status.CORRECT
-            row = correct and c.parent_sha256 and self.database.find_evaluation(c.parent_sha256, v.device_name, v.size)
+            new = v is not None and v.status is Status.CORRECT and c.duplicate_of is None
+            row = new and c.parent_sha256 and self.database.find_evaluation(c.parent_sha256, v.device_name, v.size)
             parent = row.speedup if row and row.status == Status.CORRECT.value else None
-            self.bandit.tell(c.arm, c.usage, c.cost_usd, improvement(v.speedup if correct else None, parent))
+            self.bandit.tell(c.arm, c.usage, c.cost_usd, improvement(v.speedup if new else None, max(best, parent or 0.0)))
+            best = max(best, v.speedup or 0.0) if new else best
+        return best

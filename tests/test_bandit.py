@@ -41,10 +41,10 @@ def bandit(*tallies: Tally, **config) -> Bandit:
     return b
 
 
-def test_reward_is_correct_speedup_gained_over_the_parent():
-    assert improvement(1.5, None) == 1.5  # a correct draft earns its whole speedup
+def test_reward_is_correct_speedup_gained_over_the_baseline():
+    assert improvement(1.5, None) == 1.5  # nothing correct known: a correct answer earns its whole speedup
     assert improvement(1.5, 1.2) == pytest.approx(0.3)
-    assert improvement(1.0, 1.2) == 0.0  # slower than its parent: no reward, never a penalty
+    assert improvement(1.0, 1.2) == 0.0  # slower than the best known: no reward, never a penalty
     assert improvement(None, 1.2) == improvement(None, None) == 0.0  # not correct
 
 
@@ -120,18 +120,19 @@ def run_once(server: FakeLLMServer, database: Database, settings: EvalSettings, 
 
 @pytest.mark.slow
 def test_the_bandit_moves_requests_to_the_model_that_improves_most_per_cost(tmp_path, database, settings):
-    """A run stopped after two turns and resumed, then the same run whole (its answers all cached: no call)."""
-    with FakeLLMServer(by_model) as server:
+    """A run stopped after two turns and resumed, then the same run whole in a db of its own (in this one its
+    kernels would be known before it began, and earn nothing)."""
+    with FakeLLMServer(by_model) as server, Database(f"sqlite:///{tmp_path / 'whole.db'}") as other:
         run_id = database.start_run({})
         first = run_once(server, database, settings, tmp_path, run_id, Budget(max_candidates=2 * SAMPLES))
         resumed = run_once(server, database, settings, tmp_path, run_id, Budget(), Spend(candidates=len(first)))
-        whole = run_once(server, database, settings, tmp_path, database.start_run({}), Budget())
         asked = [body["model"] for body in server.requests]
+        whole = run_once(server, other, settings, tmp_path, other.start_run({}), Budget())
     assert len(first) == 2 * SAMPLES and resumed == whole  # the tallies rebuilt: the same model asked per slot
     assert sorted(whole[0, s] for s in range(2)) == ["fast-cheap", "slow"]  # warm-up: each model once
     later = [whole[t, s] for t in range(1, TURNS) for s in range(SAMPLES)]
     assert later.count("fast-cheap") >= len(later) - 2, whole  # epsilon 0.1 leaves a rare exploring draw
-    assert len(asked) == SAMPLES * TURNS  # the whole run asked nothing new: identical requests, same models
+    assert len(asked) == SAMPLES * TURNS  # the resumed session bought only what the first had not
     gens = database.generations("relu")
     assert len(gens) == len(asked) and sorted(g.model for g in gens) == sorted(asked)
     for g in gens:  # each stored call names the model that answered it: its own usage and its own kind of answer
@@ -143,6 +144,36 @@ def test_the_bandit_moves_requests_to_the_model_that_improves_most_per_cost(tmp_
     assert {m: spend[m].calls for m in spend} == {m: asked.count(m) for m in set(asked)}
     best = max(database.evaluations("relu"), key=lambda e: e.speedup or 0)
     assert best.status == "correct" and database.get_solution(best.solution_sha256).model == "fast-cheap"
+
+
+COPY_PRICES = {"good": {"prompt": 1.0, "completion": 2.0}, "copier": {"prompt": 3.0, "completion": 6.0}}
+
+
+def good_or_copy(body: dict, index: int) -> Reply:
+    """good: the correct relu kernel, always the same code; copier, at three times the price: that kernel again with
+    a comment of its own (a near-duplicate, never judged itself)."""
+    code = FIXED_RELU if body["model"] == "good" else FIXED_RELU.replace("class ModelNew", "# mine\nclass ModelNew")
+    return Reply(content=answer(code, f"answer {index}"), prompt_tokens=100, completion_tokens=50)
+
+
+@pytest.mark.slow
+def test_an_arm_that_resends_another_arms_kernel_earns_nothing(tmp_path, database, settings):
+    """The copier's draft repeats the good arm's draft of the same turn, and later answers gain nothing over the
+    best known: before, the copier's draft was credited the whole gain while the good arm's repeats diluted its
+    average, and the copier took every request of a later turn."""
+    with FakeLLMServer(good_or_copy) as server:
+        llm = LLMSettings(base_url=server.url, api_key="k", prices=PriceTable.model_validate(COPY_PRICES))
+        providers = [OpenAIChat(llm.model_copy(update={"model": m})) for m in ("good", "copier")]
+        config = RunConfig(samples=2, turns=4, concurrency=1, out_dir=tmp_path / "generations",
+                           bandit=BanditConfig(epsilon=0))
+        loop = Loop(providers, database, settings, config, run_id=database.start_run({}))
+        result = loop.run(resolve_problem("relu"))
+    drafts = {c.model: c for c in result.candidates if c.turn == 0}
+    assert drafts["good"].verdict.status.value == "correct" and drafts["copier"].duplicate_of
+    assert [c.model for c in result.candidates if c.turn > 0] == ["good"] * 6  # the copier: its warm-up only
+    assert loop.bandit.tallies[1].reward == 0.0 and loop.bandit.tallies[1].cost_usd > 0  # it paid for nothing
+    best = result.best()  # the evaluated original's file, not the near-duplicate's of the same verdict
+    assert best.duplicate_of is None and best.path.stem == best.verdict.solution_sha256
 
 
 # -- the CLI: several --model, --temperatures, stored with the run ------------------------------------------------
