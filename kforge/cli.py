@@ -251,9 +251,11 @@ def show(solution: Annotated[str, typer.Argument(help="solution sha256 (a prefix
         print(json.dumps([r.model_dump(mode="json") for r in rows], indent=1))
         return
     for r in rows:
-        out.rule(f"#{r.id} {r.problem} {Path(r.solution_path or '').name} on {r.device_name} ({r.size})")
+        out.rule(f"#{r.id} {r.problem} {Path(r.solution_path or '').name} [{r.solution_sha256[:12]}] on {r.device_name} ({r.size})",
+                 style="dim")
         out.print(f"status: [bold]{r.status}[/]  speedup: {tables.fmt(r.speedup)}  at {r.created_at:%Y-%m-%d %H:%M}")
-        out.print(json.dumps({k: v for k, v in r.evidence.items() if v not in (None, "", [], {})}, indent=1), markup=False)
+        for line in tables.evidence_lines(r.evidence):  # never hard-wrapped: a long line folds at the terminal's edge
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in tables.written_by(database, rows[0].problem, matches[0]):
         out.print(line, markup=False, highlight=False)
 

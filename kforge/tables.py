@@ -127,3 +127,29 @@ def written_by(database: Database, problem: str, sha256: str) -> list[str]:
                          f"tokens, ${run.cost_usd:.4f}, {run.wall_s:.0f} s")
             lines += [f"  {run.stop_reason}"] if run.stop_reason else []
     return lines
+
+
+def evidence_lines(evidence: dict) -> list[str]:
+    """A verdict's evidence as a person reads it: one `key: value` line per field, texts (a cause, a compiler's
+    output, a traceback) as their own indented lines, small mappings on one line; empty fields left out."""
+    lines = []
+    for key, value in evidence.items():
+        if value in (None, "", [], {}):
+            continue
+        if isinstance(value, str) and "\n" in value.strip():
+            lines += [f"{key}:", *(f"  {line}" for line in value.rstrip().splitlines())]
+        elif isinstance(value, dict):
+            lines.append(f"{key}: " + ", ".join(f"{k}={_plain(v)}" for k, v in value.items() if v not in (None, "", [], {})))
+        else:
+            lines.append(f"{key}: {_plain(value)}")
+    return lines
+
+
+def _plain(value) -> str:
+    if isinstance(value, float):
+        return fmt(value, ".4g")
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={_plain(v)}" for k, v in value.items()) + "}"
+    return str(value)

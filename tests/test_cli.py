@@ -104,7 +104,8 @@ def test_evaluate_directory_and_leaderboard(kforge, tmp_path):
     table = kforge("leaderboard").stdout
     assert "scale_bias_hardswish" in table and "fast_1=" in table
     shown = kforge("show", correct["solution_sha256"][:12]).stdout
-    assert "correct" in shown and "max_abs_err" in shown
+    assert "correct" in shown and "\nmax_abs_err: " in shown and f"[{correct['solution_sha256'][:12]}]" in shown
+    assert "\\u" not in shown and '"stage":' not in shown  # lines to read, not escaped JSON
     ambiguous = kforge("show", "", expect=2).stderr  # the empty prefix matches all three
     assert ambiguous.startswith("kforge: error: '' matches 3 solutions:") and len(ambiguous.splitlines()) == 1
 

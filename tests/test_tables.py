@@ -69,3 +69,15 @@ def test_spend_keeps_words_whole_and_fits(width):
              "123456", "65432", "1.2345", "gpt-4o"]
     assert _whole(words, lines) == [], "\n".join(lines)
     assert any(line.split()[-5:] == ["3", "300", "150", "0.0000", "3"] for line in lines), "\n".join(lines)
+
+
+def test_evidence_reads_as_lines_with_texts_kept_whole():
+    from kforge.tables import evidence_lines
+
+    lines = evidence_lines({"stage": "compile", "cause": "compile_error: \u2018at::Tensor\u2019 has no member named \u2018foo\u2019",
+                            "log_tail": "Traceback (most recent call last):\n  File \"x.py\", line 3\nRuntimeError: boom",
+                            "max_abs_err": 1.2345678e-05, "stage_s": {"compile_child": 12.5, "load": 0.5, "empty": None},
+                            "gpu": None, "checked_calls": [1, 7]})
+    assert lines[:2] == ["stage: compile", "cause: compile_error: \u2018at::Tensor\u2019 has no member named \u2018foo\u2019"]
+    assert lines[2:6] == ["log_tail:", "  Traceback (most recent call last):", "    File \"x.py\", line 3", "  RuntimeError: boom"]
+    assert lines[6:] == ["max_abs_err: 1.235e-05", "stage_s: compile_child=12.5, load=0.5", "checked_calls: 1, 7"]
