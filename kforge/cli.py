@@ -134,12 +134,12 @@ def doctor(as_json: JsonOpt = False) -> None:
 @app.command()
 @friendly
 def prompt(problem: Annotated[str, typer.Argument(help="registered name or path")],
-           target: Annotated[str, typer.Option(help="cuda or cpu kernels")] = "cuda", size: SizeOpt = "auto") -> None:
+           target: Annotated[str, typer.Option(help="cuda, cpu (C++) or triton kernels")] = "cuda", size: SizeOpt = "auto") -> None:
     """Print the LLM prompt for a problem, stating the sizes it will be evaluated at (small for CPU kernels)."""
     from prompts import render_prompt
 
-    if target not in ("cuda", "cpu"):
-        raise UserError(f"--target must be cuda or cpu, not '{target}'")
+    if target not in ("cuda", "cpu", "triton"):
+        raise UserError(f"--target must be cuda, cpu or triton, not '{target}'")
     print(render_prompt(resolve_problem(problem, problems_dir()), target=target, size=resolve_size(size, target)))
 
 

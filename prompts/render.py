@@ -13,9 +13,9 @@ from evaluator.contracts import Profile, Verdict
 from evaluator.diagnose import error_lines
 from reference_problems import Problem
 
-Target = Literal["cuda", "cpu"]
+Target = Literal["cuda", "cpu", "triton"]  # CUDA C++ or C++ with load_inline, or Triton kernels (on a GPU)
 
-LANGUAGE = {"cuda": "CUDA", "cpu": "C++"}
+LANGUAGE = {"cuda": "CUDA", "cpu": "C++", "triton": "Triton"}
 CANDIDATE_LINE = re.compile(r"\bline (\d+)")
 DIRECTORIES = re.compile(r"(?<![\w.:/])/(?:[^\s/:'\"`]+/)+(?=[^\s/:'\"`]+)")
 

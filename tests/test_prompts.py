@@ -7,7 +7,7 @@ import pytest
 
 from evaluator import Evidence, Mismatch, Status, TimingStats, Verdict
 from prompts import Turn, chat_messages, format_tolerance, render_feedback, render_prompt
-from prompts.render import ENV
+from prompts.render import ENV, render_system
 from reference_problems import list_problems
 
 PROBLEMS = list_problems()
@@ -33,6 +33,27 @@ def test_every_problem_renders(problem, target):
     assert "torch.utils.cpp_extension.load_inline" in text
     assert ("cuda_sources=" in text) == (target == "cuda")
     assert ('extra_cflags=["-O3"]' in text) == (target == "cpu")
+
+
+def test_the_triton_prompt_asks_for_triton_and_its_example_is_a_working_triton_candidate(tmp_path):
+    """The one-shot example is judged like an answer: the language reader calls it Triton, and under Triton's
+    interpreter it adds as the example's reference does."""
+    import subprocess
+    import sys
+
+    from evaluator.languages import language_of
+
+    text = render_prompt(PROBLEMS[0], target="triton")
+    assert "@triton.jit" in text and "load_inline" not in text and "Triton kernels" in render_system("triton") + text
+    example = text.split("```python\n")[2].split("```")[0]
+    assert str(language_of(example)).endswith("triton")
+    (tmp_path / "example.py").write_text(example)
+    check = ("import torch, example\n"
+             "a, b = torch.randn(3000), torch.randn(3000)\n"
+             "assert torch.equal(example.ModelNew()(a, b), a + b)\n")
+    run = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "TRITON_INTERPRET": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
 
 
 def test_small_size_names_the_overridden_constants():
