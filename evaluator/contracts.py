@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field, computed_field, model_validator
 
 from evaluator.hardware import device_name
+from evaluator.languages import Language, language_of
 from reference_problems import Problem
 
 if TYPE_CHECKING:
@@ -86,6 +87,16 @@ class EvalSettings(BaseModel):
     jobs: int | None = Field(None, ge=1)  # compiles at once; None: sized to the machine (batch.compile_plan)
     sandbox: str = "strict"  # strict: refuse to run when a sandbox layer is missing; warn: run and say so
     gpus: list[str] | None = None  # CUDA devices (ids as CUDA_VISIBLE_DEVICES names them) to spread runs over; None: all visible
+    language: Language | None = None  # the kernel language every candidate is judged as (--backend); None: read from each one's code
+
+    def language_of(self, source: str) -> Language | None:
+        """The language a candidate is judged as in this batch."""
+        return self.language or language_of(source)
+
+    def interprets(self, source: str) -> bool:
+        """A Triton candidate on CPU runs under Triton's interpreter: its kernels' bodies run as Python, so their
+        times say nothing of the kernel's speed."""
+        return self.device == "cpu" and self.language_of(source) is Language.TRITON
 
 
 class CandidateJob(BaseModel):
@@ -191,6 +202,7 @@ class Evidence(BaseModel):
     max_abs_err: float | None = None
     tolerance_used: float | None = None  # max |got - exp| / (atol + rtol * |exp|) over all checks: 1.0 is the limit
     exploit: str = ""  # for `cheat`: which reward hack was caught (e.g. no_custom_kernel, stale_output)
+    language: Language | None = None  # the kernel language judged (evaluator/languages.py); None: none found
     leaked_bytes: dict[str, int] = Field(default_factory=dict)
     peak_memory: dict[str, int] = Field(default_factory=dict)
     compile_s: float | None = None
@@ -237,6 +249,8 @@ class Verdict(BaseModel):
         import torch  # here: the contracts load without torch
 
         kw.setdefault("device_name", device_name(settings.device))
+        evidence = kw.setdefault("evidence", Evidence())
+        evidence.language = evidence.language or settings.language_of(job.text)
         return cls(status=status, problem=job.problem.name, solution_sha256=job.sha256, solution_path=str(job.path),
                    device=settings.device, size=settings.size, torch_version=torch.__version__,
                    cuda_version=torch.version.cuda, **kw)

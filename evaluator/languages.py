@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from enum import StrEnum
 
-from evaluator.static import parse
+from evaluator.parsing import parse
 
 
 class Language(StrEnum):

@@ -55,6 +55,7 @@ class _RunRequest(_Line):
     cpu_threads: int
     timing: TimingRequest
     gpu: str | None = None  # added when the request goes out: the device the child pins itself to
+    language: str | None = None  # the candidate's kernel language when overridden (--backend); None: read from its code
 
 
 class CompileRequest(_RunRequest):
@@ -227,18 +228,22 @@ class Compiled(Message):
 
 
 class Kernels(Message):
-    """Which compiled extensions the candidate loaded (filled in by evaluator.child.kernel_watch.KernelWatch)."""
+    """The candidate's own kernels: the compiled extensions it loaded and the Triton kernels its file defines
+    (evaluator.child.watches.Watch), sent once after the trials."""
 
     event: Literal["kernels"] = "kernels"
-    modules: list[str] = Field(default_factory=list)  # extension modules the candidate loaded
+    modules: list[str] = Field(default_factory=list)  # extension modules loaded, then Triton kernels defined
     unverifiable: list[str] = Field(default_factory=list)  # loaded, but calls into them cannot be counted
+    foreign: list[str] = Field(default_factory=list)  # Triton kernels defined elsewhere that the trials launched
+    not_compiled: dict[str, str] = Field(default_factory=dict)  # interpreted kernel -> the GPU compiler's first error
 
 
 class Calls(BaseModel):
     """What a watched call ran (counted by evaluator.child.kernel_watch.KernelWatch)."""
 
-    kernel: int = 0  # calls of functions of the candidate's compiled extensions
+    kernel: int = 0  # calls of functions of the candidate's compiled extensions, launches of its Triton kernels
     reference: int = 0  # calls into the reference problem's code
+    foreign: int = 0  # launches of Triton kernels defined outside the candidate's file
 
 
 class TrialReport(BaseModel):

@@ -4,27 +4,17 @@ from __future__ import annotations
 
 import ast
 import re
-import threading
 
 from pydantic import BaseModel
 
 from evaluator.contracts import Status
+from evaluator.languages import Language, language_of
+from evaluator.parsing import parse
 
 # Messages CPython gives when the text stops in the middle of a construct.
 _CUT_OFF = re.compile(r"unterminated (triple-quoted )?string|was never closed|unexpected EOF|expected an indented block")
 _CODE_LINE = re.compile(r"^\s*(import |from \S+ import |def |class |@\w|\w+\s*=)", re.MULTILINE)
 _CUDA_HINTS = re.compile(r"cuda_sources\s*=|\.cuda\(\)|device\s*=\s*['\"]cuda|__global__|<<<")
-
-
-_PARSING = threading.Lock()
-
-
-def parse(source: str) -> ast.Module:
-    """ast.parse, one thread at a time: CPython 3.11 keeps the AST builder's recursion depth in state shared by
-    threads (gh-106905), so a parse that a finaliser interrupts mid-tree fails another thread's with SystemError.
-    The refinement loop extracts answers in worker threads while it judges others."""
-    with _PARSING:
-        return ast.parse(source)
 
 
 class StaticCheck(BaseModel):
@@ -34,6 +24,7 @@ class StaticCheck(BaseModel):
     cause: str = ""
     needs_cuda: bool = False  # builds or uses CUDA: cannot run on a CPU-only machine
     cpu_only: bool = False  # builds a C++ extension with no CUDA sources: cannot run on CUDA tensors
+    language: Language | None = None  # the kernel language it is judged as (evaluator/languages.py)
 
 
 def _syntax_cause(source: str, exc: SyntaxError) -> StaticCheck:
@@ -57,13 +48,20 @@ def _defines_model_new(tree: ast.Module) -> bool:
     return False
 
 
-def check_source(source: str) -> StaticCheck:
-    """Parse without running: truncation, syntax errors and a missing ModelNew cost no compile."""
+def check_source(source: str, backend: str | None = None) -> StaticCheck:
+    """Parse without running: truncation, syntax errors and a missing ModelNew cost no compile. `backend` overrides
+    the language read from the code (ValueError when unknown). A Triton candidate runs anywhere: compiled on a GPU,
+    under Triton's interpreter on CPU; the CuTe DSL and TileLang need a GPU."""
     try:
         tree = parse(source)
     except SyntaxError as exc:
         return _syntax_cause(source, exc)
     if not _defines_model_new(tree):
         return StaticCheck(status=Status.INVALID, cause="no ModelNew defined at module level")
+    language = language_of(source, backend)
+    if language is Language.TRITON:
+        return StaticCheck(language=language)
+    if language in (Language.CUTE, Language.TILELANG):
+        return StaticCheck(language=language, needs_cuda=True)
     needs_cuda = bool(_CUDA_HINTS.search(source))
-    return StaticCheck(needs_cuda=needs_cuda, cpu_only=not needs_cuda and "load_inline" in source)
+    return StaticCheck(needs_cuda=needs_cuda, cpu_only=not needs_cuda and "load_inline" in source, language=language)

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import torch
 
 from evaluator import hardware
-from evaluator.child import kernel_watch, leaks, stages, timing, trials
+from evaluator.child import leaks, stages, timing, trials, watches
 from evaluator.protocol import CandidateRequest, Check, Go, LeakMark, Leaks, Outputs, Pace, Probe, Rep, Stage, Trials
 
 
@@ -119,9 +119,10 @@ def _marker(chan: stages.Channel, requests, device: str):
             stages.ask_parent(chan, requests, LeakMark(which=which), "it read the device memory")
     return mark
 
-def run(chan: stages.Channel, req: CandidateRequest, model, problem, watch: kernel_watch.KernelWatch, requests,
+def run(chan: stages.Channel, req: CandidateRequest, model, problem, watch: watches.Watch, requests,
         check) -> None:
-    """Correctness (watched), leak check, timing with output snapshots, and a stale-result probe."""
+    """Correctness (watched), the kernels it showed, leak check, timing with output snapshots, and a stale-result
+    probe. A kernel that does not compile for a GPU (an interpreted body that is not Triton) ends the run there."""
     device = req.device
     save, pace = _handoff(chan, requests, req), _pacer(chan, requests)
     mark, ask = _marker(chan, requests, device), _asker(chan, requests)
@@ -129,6 +130,10 @@ def run(chan: stages.Channel, req: CandidateRequest, model, problem, watch: kern
     report = trials.run_trials(model, problem, req.seeds, device, save, stages.sync(device), watch)
     chan.send(Trials(trials=report))
     check("correctness")
+    kernels = watch.report()
+    chan.send(kernels)
+    if kernels.not_compiled:
+        return
     inputs = trials.make_inputs(problem, req.timing_seed, device)
     fresh = trials.FreshInputs(inputs, problem, req.timing_seed, device)
     call = lambda: model(*inputs)  # noqa: E731

@@ -102,9 +102,12 @@ def _changed(before: tuple, after: tuple) -> bool:
 class Guard:
     """Snapshot now; `check(when)` raises Tampered naming everything replaced since."""
 
-    def __init__(self, harness: list[types.ModuleType]):
+    def __init__(self, harness: list[types.ModuleType], held: dict[type, tuple[str, ...]] | None = None):
+        """`held`: attributes of other classes to hold too, named one by one (the kernel watch's wrapped entry
+        points: restoring one hides launches), where the rest of the class is the library's own to change."""
         self._spaces = _watched_namespaces([*harness, overrides])
         self._before = {name: _snapshot(space) for name, space in self._spaces.items()}
+        self._held = {(cls, name): _identity(vars(cls).get(name)) for cls, names in (held or {}).items() for name in names}
         self._flags = backend_flags()
         self._dispatcher = overrides.before_candidate()  # kernels registered for existing operators
 
@@ -118,6 +121,8 @@ class Guard:
 
     def violations(self, dispatcher: bool = True) -> list[str]:
         replaced = [item for name in self._spaces for item in self._replaced(name)]
+        replaced += [f"{cls.__module__}.{cls.__qualname__}.{name}" for (cls, name), old in self._held.items()
+                     if _changed(old, _identity(vars(cls).get(name)))]
         flags = backend_flags()
         changed = [f"{k} changed from {v!r} to {flags[k]!r}" for k, v in self._flags.items() if flags[k] != v]
         return replaced + changed + (self._dispatcher.changed() if dispatcher else [])

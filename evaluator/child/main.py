@@ -4,8 +4,8 @@ Roles: `compile` (import the candidate, which builds it), `candidate` (correctne
 `reference` (the problem's Model: reference outputs and baseline timings, in a process no candidate touched; it
 then stays as the comparer of the problem's candidates' outputs), `introspect` (problem files' bytes and FLOPs,
 evaluator.child.introspect), `profile` (a correct candidate's forward calls for Nsight Compute, evaluator.parent.profiling). The request and every message are models of evaluator.protocol.
-The candidate role also watches the candidate: which extensions it builds and calls (kernel_watch.py), and
-whether it tampers with the harness (guard.py).
+The candidate role also watches the candidate: which extensions it builds and calls, which Triton kernels it
+defines and launches (watches.py), and whether it tampers with the harness (guard.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from evaluator import hardware
-from evaluator.child import candidate, guard, introspect, kernel_watch, lean_headers, loading, nvcc_driver, precompiled, reference, stages, trials
+from evaluator import hardware, languages
+from evaluator.child import candidate, guard, introspect, lean_headers, loading, nvcc_driver, precompiled, reference, stages, trials, watches
 from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, IntrospectRequest, Loaded,
                                 Profiled, ProfileRequest, ReferenceRequest, Request, Stage, WARM_GPU, read_request)
 from evaluator.sandbox import jail, seccomp
@@ -115,15 +115,15 @@ def _serve(chan: stages.Channel, req: Request, confined: bool, requests) -> None
         jail.narrow_profile_target()  # before any candidate code: its /proc is its own, not ncu's
         module = loading.import_file(source, "kforge_candidate")  # the cache's build: nothing is compiled
         return _run_profile(chan, req, trials.build_model(module.ModelNew, problem, req.init_seed, device), problem)
-    watch = kernel_watch.KernelWatch(Path(problem.__file__))
-    watch.install()
-    judge = guard.Guard(guard.harness_modules(problem))
+    language = languages.language_of(source.read_text(errors="replace"), req.language)
+    watch = watches.Watch(Path(problem.__file__), source, language, device)
+    watch.install()  # before the candidate is imported: Triton's interpreter is chosen when a kernel is decorated
+    judge = guard.Guard(guard.harness_modules(problem), held=watch.held())
     chan.send(Stage(stage="compile"))
     module, seconds, cached = loading.load_candidate(source, build_dir)
     chan.send(Compiled(seconds=seconds, cache_hit=cached, steps={} if cached else loading.build_steps(build_dir),
                        headers=[*lean_headers.builds, *precompiled.builds]))
     if isinstance(req, CandidateRequest):
-        chan.send(watch.report)
         judge.check("at import", dispatcher=False)  # the dispatcher is read once, last (see Guard.check)
         chan.send(Stage(stage="init"))
         model = trials.build_model(module.ModelNew, problem, req.init_seed, device)

@@ -208,7 +208,7 @@ def nbytes(tensors: list) -> int:
 
 
 def run_one(model, inputs: list, watch):
-    """One forward call, counted by the kernel watch when there is one."""
+    """One forward call, counted by the kernel watch (evaluator/child/watches.py) when there is one."""
     if watch is None:
         return model(*inputs), None
     return watch.call(lambda: model(*inputs))
@@ -217,8 +217,7 @@ def run_one(model, inputs: list, watch):
 def run_trials(model, problem: ModuleType, seeds: list[tuple[str, int]], device: str, save: Callable, sync,
                watch=None) -> dict[str, dict]:
     """One call per (label, seed), in the given order; per label: output description, input checksums
-    before/after, bytes in and out, its wall time, and (with a watch) how often the compiled extension was
-    called."""
+    before/after, bytes in and out, its wall time, and (with a watch) how often the candidate's own kernels ran."""
     report = {}
     with torch.no_grad():
         for label, seed in seeds:

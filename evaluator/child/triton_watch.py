@@ -27,12 +27,6 @@ from triton.runtime.jit import JITFunction
 from evaluator.protocol import Calls, Kernels
 
 
-class TritonCalls(Calls):
-    """What a watched call launched: `kernel` counts the candidate's own Triton kernels."""
-
-    foreign: int = 0  # launches of Triton kernels defined outside the candidate's file
-
-
 def _interpreted_source(kernel: InterpretedFunction, kwargs: dict):
     """The Python function an interpreted launch runs; None for a warm-up, which runs nothing."""
     return None if kwargs.get("warmup") else kernel.fn
@@ -51,13 +45,20 @@ class TritonWatch:
         self.foreign: list[str] = []  # kernels defined elsewhere that a watched call launched
         self._file = os.path.realpath(candidate_file)
         self._own: dict[CodeType, bool] = {}
-        self._calls: TritonCalls | None = None
+        self._calls: Calls | None = None
+        # the first interpreted launch of each own kernel: its function and arguments, for a compile that proves the
+        # body is Triton (evaluator/child/triton_aot.py); held until taken
+        self.launched: dict[CodeType, tuple] = {}
 
     def install(self) -> None:
         for cls in (JITFunction, InterpretedFunction):
             cls.__init__ = self._recording(cls.__init__)
-        InterpretedFunction.run = self._counting(InterpretedFunction.run, _interpreted_source)
+        InterpretedFunction.run = self._counting(InterpretedFunction.run, _interpreted_source, keep=True)
         CompiledKernel.launch_metadata = self._counting(CompiledKernel.launch_metadata, _compiled_source)
+
+    def held(self) -> dict[type, tuple[str, ...]]:
+        """The entry points install() wrapped, for the guard to hold: restoring one hides launches."""
+        return {JITFunction: ("__init__",), InterpretedFunction: ("__init__", "run"), CompiledKernel: ("launch_metadata",)}
 
     def _is_own(self, code: CodeType) -> bool:
         if code not in self._own:
@@ -73,9 +74,9 @@ class TritonWatch:
                 self.report.modules.append(fn.__qualname__)
         return made
 
-    def _counting(self, launch, source_of):
+    def _counting(self, launch, source_of, keep: bool = False):
         """launch wrapped: each launch during a watched call counts for the function source_of gives it (None: no
-        launch)."""
+        launch); with `keep`, an own kernel's first launch is kept (self.launched)."""
         @wraps(launch)
         def counted(kernel, *args, **kwargs):
             calls, fn = self._calls, source_of(kernel, kwargs)
@@ -83,6 +84,8 @@ class TritonWatch:
                 code = getattr(fn, "__code__", None)
                 if code is not None and self._is_own(code):
                     calls.kernel += 1
+                    if keep and code not in self.launched:
+                        self.launched[code] = (fn, args, kwargs)
                 else:
                     calls.foreign += 1
                     name = f"{fn.__module__}.{fn.__qualname__}" if code is not None else kernel.name
@@ -93,7 +96,7 @@ class TritonWatch:
 
     def call(self, fn):
         """fn() with every Triton launch counted; returns its result and the counts."""
-        calls = self._calls = TritonCalls()
+        calls = self._calls = Calls()
         try:
             result = fn()
         finally:

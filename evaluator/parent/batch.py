@@ -23,7 +23,7 @@ from evaluator.parent.jail_spec import jail_spec, require_layers
 from evaluator.protocol import WARM_GPU, CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
 from evaluator.sandbox.results import ChildResult
 from evaluator.sandbox.budgets import COMPILER_IDLE_S
-from evaluator.sandbox.spawn import Child, run_tool
+from evaluator.sandbox.spawn import TRITON_ON_CPU, Child, run_tool
 from evaluator.child.timing import CPU_CHILD_ENV, cpu_cores
 from reference_problems import Problem
 
@@ -119,7 +119,7 @@ class Batch:
         s = self.settings
         out_dir.mkdir(parents=True, exist_ok=True)
         if candidate is not None:
-            extra["candidate_path"] = str(candidate.resolve())
+            extra.update(candidate_path=str(candidate.resolve()), language=s.language)
         timing = TimingRequest(enabled=s.timing, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms / self.pairs(role),
                                min_reps=s.min_reps, max_reps=s.max_reps, rel_ci=s.rel_ci, paired=s.paired)
         return _REQUESTS[role](
@@ -144,9 +144,14 @@ class Batch:
         warm = {WARM_GPU: gpu} if self._warms and gpu is not None and not publish else None
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
                      jail=self.jail(workdir, build_dir, problem, candidate, publish),
-                     env=CPU_CHILD_ENV if timed_on_cpu else warm,
+                     env=CPU_CHILD_ENV | self._interpreter(candidate) if timed_on_cpu else warm,
                      cores=self.cores[1 if publish else 0], fork=not timed_on_cpu,
                      idle_s=COMPILER_IDLE_S if publish else None)
+
+    def _interpreter(self, candidate: Path | None) -> dict[str, str]:
+        """The environment that runs a CPU child's Triton kernels interpreted, for a Triton candidate on CPU."""
+        interprets = candidate is not None and self.settings.interprets(candidate.read_text(errors="replace"))
+        return TRITON_ON_CPU if interprets else {}
 
     def run(self, role: str, problem: Problem, workdir: Path, build_dir: Path, candidate: Path | None = None,
             gate: Callable[[], str | None] | None = None, **extra) -> ChildResult:

@@ -63,7 +63,7 @@ def prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict:
     """Static checks first: a truncated, non-Python or GPU-only candidate costs no compile. The rest get the job's
     bytes in their scratch: the file itself is not read again."""
     settings = batch.settings
-    check = check_source(job.text)
+    check = check_source(job.text, settings.language)
     if check.status:
         return Verdict.of(job, settings, check.status, evidence=Evidence(stage="parse", cause=check.cause))
     if check.needs_cuda and settings.device != "cuda":
@@ -244,10 +244,11 @@ def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: H
                   gpu: str | None) -> Verdict | Ran:
     """The candidate's run, and where Batch.pairs asks for more than one process pair (CPU), the same run again
     in fresh processes on both sides while every run so far is correct with a paired ratio: each is judged in
-    full, and the speedup pools their ratios (verdicts.judged)."""
+    full, and the speedup pools their ratios (verdicts.judged). An interpreted candidate has no speed to pool."""
+    settings, text = batch.settings, prep.job.text
     runs = [_run_pair(batch, problems, prep, take, child, gpu, 0)]
-    while (len(runs) < batch.pairs() and isinstance(runs[-1], Ran)
-           and runs[-1].outcome(batch.settings, prep.job.problem.meta).speedup is not None):
+    while (len(runs) < batch.pairs() and isinstance(runs[-1], Ran) and not settings.interprets(text)
+           and runs[-1].outcome(settings, prep.job.problem.meta, language=settings.language_of(text)).speedup is not None):
         runs.append(_run_pair(batch, problems, prep, take, _spawn_candidate(batch, prep, gpu), gpu, len(runs)))
     first, *more = runs
     if isinstance(first, Ran):  # a later pair whose reference failed where the first's ran: pool what ran

@@ -9,6 +9,7 @@ import time
 from evaluator.parent.batch import Batch
 from evaluator.verdict.checks import Checks
 from evaluator.contracts import CandidateJob, EvalSettings, Status, Verdict
+from evaluator.languages import Language
 from evaluator.parent.flops import ProblemCosts
 from evaluator.sandbox.gpumemory import ProcessMemory
 from evaluator.verdict.case import Outcome, Reference
@@ -31,12 +32,19 @@ def _notes(compiled: ChildResult, *results: ChildResult) -> list[str]:
     return notes
 
 
-def _speed(outcome: Outcome, ref: Reference) -> dict:
-    """Timings and speedups, reported only for a correct candidate."""
+INTERPRETED = ("no speedup: its Triton kernels ran under Triton's interpreter (CPU), which runs a kernel's body as "
+               "Python once per program; the times are the interpreter's, not the kernel's")
+
+
+def _speed(outcome: Outcome, ref: Reference, interpreted: bool) -> dict:
+    """Timings and speedups, reported only for a correct candidate; an interpreted one gets its times and a note."""
     timing = outcome.timing
     if outcome.status is not Status.CORRECT or timing is None:
         return {}
     reference = outcome.reference or ref.timing  # timed beside this candidate where the rounds were paired
+    if interpreted:
+        outcome.evidence.notes.append(INTERPRETED)
+        return {"candidate": timing, "reference": reference}
     speedup = outcome.speedup or (reference.median_ms / timing.median_ms if reference else None)
     interval = outcome.evidence.timing and outcome.evidence.timing.speedup_interval
     if speedup:
@@ -65,9 +73,10 @@ class Ran:
         """The device memory of the candidate's own processes: read on a GPU only."""
         return self.memory if settings.device == "cuda" else None
 
-    def outcome(self, settings: EvalSettings, meta: ProblemMeta, ref: Reference | None = None) -> Outcome:
+    def outcome(self, settings: EvalSettings, meta: ProblemMeta, ref: Reference | None = None,
+                language: Language | None = None) -> Outcome:
         return judge(self.result, ref or self.ref, meta, self.budget, self.comparisons, self.pacer.paired,
-                     self.own_memory(settings), self.checks)
+                     self.own_memory(settings), self.checks, language)
 
 
 def judged(batch: Batch, costs: ProblemCosts | None, job: CandidateJob, compiled: ChildResult, ran: Ran) -> Verdict:
@@ -76,13 +85,15 @@ def judged(batch: Batch, costs: ProblemCosts | None, job: CandidateJob, compiled
     judged_at = time.monotonic()
     if costs:
         ref = dataclasses.replace(ref, flops=costs.flops(job.problem))
-    outcome = ran.outcome(settings, job.problem.meta, ref)
+    language = settings.language_of(job.text)
+    outcome = ran.outcome(settings, job.problem.meta, ref, language)
     if ran.more:
-        outcome = pooled([outcome, *(more.outcome(settings, job.problem.meta,
-                                                  dataclasses.replace(more.ref, flops=ref.flops)) for more in ran.more)],
+        outcome = pooled([outcome, *(more.outcome(settings, job.problem.meta, dataclasses.replace(more.ref, flops=ref.flops),
+                                                  language) for more in ran.more)],
                          [r.pacer.paired for r in (ran, *ran.more)])
     judge_s = time.monotonic() - judged_at
-    found = Verdict.of(job, settings, outcome.status, evidence=outcome.evidence, **_speed(outcome, ref))
+    found = Verdict.of(job, settings, outcome.status, evidence=outcome.evidence,
+                       **_speed(outcome, ref, settings.interprets(job.text)))
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
     found.evidence.compile_s, found.evidence.cache_hit = build.get("seconds"), build.get("cache_hit")
     found.evidence.build_steps_s = build.get("steps") or {}

@@ -51,6 +51,9 @@ def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
         # Triton takes its home's default when it is imported, which in the fork server is the server's home: a
         # forked child's torch.compile then wrote its kernels there, where the jail refuses it (PermissionError)
         TRITON_HOME=str(workdir),
+        # Triton's kernel cache in the child's own build dir, never a shared ~/.triton: the cache holds absolute
+        # paths, and the build dir has the same path in the compile and the candidate child (the cache's view)
+        TRITON_CACHE_DIR=str(build_dir / "triton"),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
         CUDA_DEVICE_ORDER="PCI_BUS_ID",  # a GPU's index is NVML's, which reads each child's device memory (gpumemory)
@@ -82,10 +85,16 @@ def _server_env() -> dict[str, str]:
     return scrubbed_env(home, home, "0" * _TOKEN_LEN) | {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
 
+# A Triton candidate's child on CPU runs its kernels under Triton's interpreter (no GPU to compile for). Triton reads
+# the variable when it decorates a kernel, its own library's (tl.max, tl.sum) when triton is imported, which the
+# fork server and every child did before their request (torch.utils.flop_counter imports it): set at exec.
+TRITON_ON_CPU = {"TRITON_INTERPRET": "1"}
+
 _refusals: set[str] = set()
-# Read by the C library or the loader only when a process starts, which a forked child does not: a child whose
-# environment sets one starts as its own interpreter (CPU timing children's malloc tunables, timing.CPU_CHILD_ENV).
-_AT_EXEC = ("GLIBC_TUNABLES", "LD_PRELOAD", "MALLOC_ARENA_MAX")
+# Read by the C library, the loader or an import only when a process starts, which a forked child does not: a child
+# whose environment sets one starts as its own interpreter (CPU timing children's malloc tunables,
+# timing.CPU_CHILD_ENV; Triton's interpreter, TRITON_ON_CPU).
+_AT_EXEC = ("GLIBC_TUNABLES", "LD_PRELOAD", "MALLOC_ARENA_MAX", *TRITON_ON_CPU)
 
 
 def _forked(request: dict, fds: list[int]) -> forkserver.Forked | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from evaluator.child.timing import method_name
 from evaluator.child.trials import timed_rep
 from evaluator.contracts import EvalSettings, Evidence, Mismatch, Status, TimingStats
+from evaluator.languages import Language
 from evaluator.protocol import Compared, Timing
 from evaluator.sandbox.gpumemory import ProcessMemory
 from evaluator.sandbox.results import ChildResult
@@ -85,6 +86,7 @@ class Case:
     paired: Paired | None = None  # the reference timed beside the candidate's rounds (evaluator/verdict/pacing.py)
     own_memory: ProcessMemory | None = None  # on a GPU: its processes' device memory at the leak check's marks
     checks: Checks | None = None  # the timed calls kforge asked to compare
+    language: Language | None = None  # the kernel language judged: what counts as a kernel of its own
     max_abs_err: float = 0.0
     tolerance_used: float = 0.0
 

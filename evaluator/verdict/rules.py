@@ -1,7 +1,7 @@
 """The verdict on one candidate child, reached in the parent from its messages and the comparer's answers.
 
 Checks run in order and the first that fails decides: the result channel, what the child itself caught
-(tampering), how it ended, the correctness trials, the outputs of timed calls and of a call on fresh data
+(tampering), how it ended, whether its interpreted Triton kernels compile for a GPU, the correctness trials, the outputs of timed calls and of a call on fresh data
 written into the same inputs, whether a compiled kernel ran, leaks, and whether the timings are physically
 possible. Each `cheat` names its exploit in Evidence.exploit.
 """
@@ -13,6 +13,7 @@ import signal
 
 from evaluator import diagnose
 from evaluator.contracts import EvalSettings, Evidence, Status
+from evaluator.languages import Language
 from evaluator.protocol import Cheat, Error, Kernels, Leaks, Probe, Trials
 from evaluator.sandbox.gpumemory import MARKS, ProcessMemory
 from evaluator.sandbox.results import ChildResult
@@ -119,11 +120,48 @@ def _probe(case: Case) -> Outcome | None:
     return None
 
 
+def _gpu_compiled(case: Case) -> Outcome | None:
+    """Under Triton's interpreter a kernel's body runs as Python: one that does not compile for a GPU is no Triton
+    kernel, whatever its outputs (evaluator/child/triton_cpu.py)."""
+    kernels = case.result.read(Kernels)
+    if kernels is None or not kernels.not_compiled:
+        return None
+    name, error = next(iter(kernels.not_compiled.items()))
+    return Outcome(Status.COMPILE_ERROR, Evidence(
+        stage="compile", cause=f"Triton kernel {name} does not compile for a GPU (sm_90): {error}",
+        hint="under the interpreter (CPU) a kernel's body runs as Python; a GPU compiles only Triton's language",
+        log_tail="\n".join(f"{k}: {v}" for k, v in kernels.not_compiled.items())))
+
+
+def _trial_names(labels: list[str]) -> str:
+    return ", ".join(label.replace("_", " ") for label in labels)
+
+
+def _triton_kernel(kernels: Kernels, report: dict) -> Outcome | None:
+    """A Triton kernel defined in the candidate's file must launch in every trial; a library's is not its own."""
+    idle = sorted(label for label, t in report.items() if not t.calls.kernel)
+    if not kernels.modules:
+        return cheat("no_custom_kernel", "no Triton kernel defined: the candidate's file makes none with @triton.jit"
+                                          + (f"; forward() launched only foreign ones ({', '.join(kernels.foreign)})"
+                                             if kernels.foreign else ", so forward() runs only PyTorch ops"), "correctness")
+    if not idle:
+        return None
+    if kernels.foreign and all(report[label].calls.foreign for label in idle):
+        return cheat("no_custom_kernel", f"forward() launched only Triton kernels defined elsewhere "
+                                          f"({', '.join(kernels.foreign)}) in {_trial_names(idle)}, none of its own "
+                                          f"({', '.join(kernels.modules)})", "correctness")
+    return cheat("no_custom_kernel", f"its Triton kernels ({', '.join(kernels.modules)}) never launched in "
+                                      f"{_trial_names(idle)}: the work is done by PyTorch ops", "correctness")
+
+
 def _kernel(case: Case) -> Outcome | None:
-    """A compiled extension must run in every trial, and the reference problem's code in none."""
+    """A kernel of the candidate's own must run in every trial (an extension's function called, or for Triton one
+    of its kernels launched), and the reference problem's code in none."""
     kernels, report = case.result.read(Kernels), case.result.read(Trials).trials
     if any(t.calls.reference for t in report.values()):
         return cheat("calls_reference", "forward() runs the reference problem's code (its Model) instead of a kernel", "correctness")
+    if case.language is Language.TRITON:
+        return _triton_kernel(kernels or Kernels(), report)
     if kernels is None or not kernels.modules:
         return cheat("no_custom_kernel", "no compiled extension: the candidate built or loaded none with "
                                           "torch.utils.cpp_extension, so forward() runs only PyTorch ops", "correctness")
@@ -161,15 +199,16 @@ def _malformed(exc: Exception, result: ChildResult) -> Outcome:
     return cheat("forged_messages", f"a malformed harness message ({type(exc).__name__}: {exc})", result.stage)
 
 
-_CHECKS = (_channel, _caught_in_child, _ended, _trials, _probe, _kernel, _leak, check_pairing, check_timing)
+_CHECKS = (_channel, _caught_in_child, _ended, _gpu_compiled, _trials, _probe, _kernel, _leak, check_pairing, check_timing)
 
 
 def judge(result: ChildResult, ref: Reference, meta: ProblemMeta, settings: EvalSettings, comparisons: dict[str, dict],
-          paired: Paired | None = None, own_memory: ProcessMemory | None = None, checks: Checks | None = None) -> Outcome:
+          paired: Paired | None = None, own_memory: ProcessMemory | None = None, checks: Checks | None = None,
+          language: Language | None = None) -> Outcome:
     """The first failing check decides. The harness only sends well-formed messages, so one the checks
     cannot read was written by the candidate: a verdict, never a crash of kforge."""
     try:
-        case = Case(result, ref, meta, settings, answers(comparisons), paired, own_memory, checks)
+        case = Case(result, ref, meta, settings, answers(comparisons), paired, own_memory, checks, language)
         found = next(filter(None, (check(case) for check in _CHECKS)), None)
     except _MALFORMED as exc:
         return _malformed(exc, result)
