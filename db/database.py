@@ -7,7 +7,7 @@ brings its schema to the newest alembic revision (db/migrate.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from db.engine import (
     one_line,
     retry_on_conflict,
 )
-from db.models import Evaluation, Generation, Problem, Solution
+from db.models import Evaluation, Generation, GenerationParent, Problem, Solution
 from db.rows import (
     EVAL_FIELDS,
     GEN_FIELDS,
@@ -266,12 +266,17 @@ class Database(Standings, Runs, ArchiveCells):
     # -- generations ---------------------------------------------------------------------------
 
     @guarded
-    def add_generation(self, *, problem: str, solution_sha256: str | None = None, **fields: Any) -> int:
-        """Stores one LLM call right after it is paid for, so a crash never pays for it twice."""
+    def add_generation(self, *, problem: str, solution_sha256: str | None = None,
+                       parent_generation_ids: Sequence[int] = (), **fields: Any) -> int:
+        """Stores one LLM call right after it is paid for, so a crash never pays for it twice. Its parents: every
+        call its prompt built on, the refined one first (parent_generation_id alone: that one)."""
         _check_fields("add_generation", fields, GEN_FIELDS, _GEN_REQUIRED)
+        parents = list(parent_generation_ids) or [p for p in [fields.get("parent_generation_id")] if p is not None]
+        fields["parent_generation_id"] = parents[0] if parents else None
         with self.session(write=True) as s, s.begin():
             sol_id = self._solution_in(s, solution_sha256).id if solution_sha256 else None
-            row = Generation(problem_id=self._problem_id_in(s, problem), solution_id=sol_id, **fields)
+            row = Generation(problem_id=self._problem_id_in(s, problem), solution_id=sol_id, **fields,
+                             parents=[GenerationParent(position=i, parent_generation_id=p) for i, p in enumerate(parents)])
             s.add(row)
             s.flush()
             return row.id

@@ -196,3 +196,16 @@ class Generation(Base):
 
     problem: Mapped[Problem] = relationship(lazy="joined")
     solution: Mapped[Solution | None] = relationship(lazy="joined")
+    parents: Mapped[list[GenerationParent]] = relationship(
+        foreign_keys="GenerationParent.generation_id", order_by="GenerationParent.position", lazy="selectin")
+
+
+class GenerationParent(Base):
+    """Each call a prompt built on, in order: the parent it refines first, then any other it combines (a crossover's
+    partner). parent_generation_id on the call itself is the first; a call with one parent has one row."""
+
+    __tablename__ = "generation_parents"
+
+    generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"), primary_key=True)
+    position: Mapped[int] = mapped_column(primary_key=True)
+    parent_generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))

@@ -111,6 +111,7 @@ class GenerationRow(_Row):
     island: int | None
     prompt_kind: str
     parent_generation_id: int | None
+    parent_generation_ids: list[int]  # every call its prompt built on, the refined parent first
     solution_sha256: str | None
     extraction_status: str
     created_at: datetime
@@ -182,7 +183,8 @@ def evaluation_row(ev: Evaluation) -> EvaluationRow:
 def generation_row(gen: Generation) -> GenerationRow:
     cols = {k: getattr(gen, k) for k in GEN_FIELDS}
     sha = gen.solution.sha256 if gen.solution is not None else None
-    return GenerationRow(id=gen.id, problem=gen.problem.name, solution_sha256=sha, **cols)
+    return GenerationRow(id=gen.id, problem=gen.problem.name, solution_sha256=sha,
+                         parent_generation_ids=[p.parent_generation_id for p in gen.parents], **cols)
 
 
 def archive_row(cell: ArchiveCell) -> ArchiveRow:

@@ -190,7 +190,8 @@ def _dot(call: Call, board: DeviceSize, x: float, y: float) -> Dot:
 
 
 def lineage_chart(lineage: Lineage, board: DeviceSize) -> Chart:
-    """Each judged call's speedup over turns, an edge from its parent call, the best so far as a step. Calls
+    """Each judged call's speedup over turns, an edge from each parent call (a crossover has two), the best so far
+    as a step. Calls
     without a speedup (failed, skipped or untimed) sit on a 'none' line under the axis, coloured by verdict."""
     calls = lineage.judged(board)
     scale, lo, hi, ticks = _speedup_axis([s for c in calls if (s := c.speedup(board))])
@@ -205,8 +206,8 @@ def lineage_chart(lineage: Lineage, board: DeviceSize) -> Chart:
                  [(f.x(t), str(t)) for t in range(first, last + 1, stride)],
                  [(f.y(v), label) for v, label in ticks] + [(f.y(none), "none")], path=path, level=f.y(scale(1.0)),
                  dots=[_dot(c, board, *at[c.gen.id]) for c in calls],
-                 edges=[(*at[c.gen.parent_generation_id], *at[c.gen.id]) for c in calls
-                        if c.gen.parent_generation_id in at])  # fmt: skip
+                 edges=[(*at[parent], *at[c.gen.id]) for c in calls
+                        for parent in c.gen.parent_generation_ids if parent in at])  # fmt: skip
 
 
 # -- data ----------------------------------------------------------------------------------------

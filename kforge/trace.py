@@ -1,5 +1,6 @@
 """The evolution trace: one JSON line per LLM call (generation), oldest first, with what it was asked (prompt kind,
-island, parent), what it cost, and what became of its answer (solution, verdict, speedup, MAP-Elites cell).
+island, parents: a crossover has two), what it cost, and what became of its answer (solution, verdict, speedup,
+MAP-Elites cell).
 Everything is read from the db, so the trace says what the db says: a near-duplicate answer shows its twin's verdict
 and names the twin."""
 
@@ -42,6 +43,7 @@ def _line(g: GenerationRow, by_id: dict, solutions: dict, verdicts: dict, judged
     return {
         "generation_id": g.id, "run_id": g.run_id, "problem": g.problem, "turn": g.turn, "sample": g.sample,
         "island": g.island, "prompt_kind": g.prompt_kind, "parent_generation_id": g.parent_generation_id,
+        "parent_generation_ids": g.parent_generation_ids,
         "parent_sha256": parent.solution_sha256 if parent else None, "solution_sha256": g.solution_sha256,
         "model": g.model, "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens,
         "cost_usd": g.cost_usd, "extraction": g.extraction_status, "status": ev.status if ev else g.extraction_status,

@@ -27,14 +27,15 @@ def lookup(database: Database, key: str) -> tuple[LLMResponse, int] | None:
 
 
 def store(database: Database, key: str, provider: Provider, request: LLMRequest, response: LLMResponse,
-          extraction_status: str, parent_generation_id: int | None, run_id: int | None = None,
+          extraction_status: str, parent_generation_ids: list[int], run_id: int | None = None,
           island: int | None = None, prompt_kind: str = "draft") -> int:
-    """Record the paid call at once, before any evaluation can crash or be killed."""
+    """Record the paid call at once, before any evaluation can crash or be killed, with every call its prompt built
+    on (the refined parent first)."""
     return database.add_generation(
         problem=request.problem, request_hash=key, provider=provider.name, model=provider.model,
         prompt=request.messages, response=response.text, prompt_tokens=response.usage.prompt_tokens,
         completion_tokens=response.usage.completion_tokens, cost_usd=response.cost_usd, latency_s=response.latency_s,
         turn=request.turn, sample=request.sample, run_id=run_id, island=island,
         prompt_kind=prompt_kind,
-        parent_generation_id=parent_generation_id, extraction_status=extraction_status,
+        parent_generation_ids=parent_generation_ids, extraction_status=extraction_status,
     )

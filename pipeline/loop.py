@@ -269,7 +269,7 @@ class Loop:
         extraction = extract(response.text, response.finish_reason)
         if generation_id is None:
             generation_id = cache.store(self.database, key, provider, request, response, extraction.status.value,
-                                        slot.parent.generation_id if slot.parent else None, run_id=self.run_id,
+                                        slot.parent_generation_ids, run_id=self.run_id,
                                         island=slot.island, prompt_kind=slot.kind)
             cached = False
         else:

@@ -36,6 +36,11 @@ class Slot(BaseModel):
     related: list[Example] = Field(default_factory=list)  # a draft's kernels of similar problems
 
     @property
+    def parent_generation_ids(self) -> list[int]:
+        """The calls that wrote the programs this slot's answer builds on: its parent, then a crossover's partner."""
+        return [p.generation_id for p in (self.parent, self.partner) if p is not None and p.generation_id is not None]
+
+    @property
     def kind(self) -> str:
         """The prompt this slot asks with, as stored on its generation."""
         if self.partner:

@@ -142,3 +142,44 @@ def test_table_lists_every_call_depth_first_with_its_parent_and_verdict(site) ->
     assert "</span> 6x</td>" in cells[g["e"]] and "102 / 20" in cells[g["e"]] and "1 run" in html
     assert "no_code" in cells[g["none"]] and "../candidates/" not in cells[g["none"]]
     assert "compile_error" in cells[g["b"]] and "<td><span class=\"muted\">-</span></td>" in cells[g["b"]]  # not on cpu
+
+
+def test_a_crossover_records_both_parents_in_the_trace_and_draws_both_edges(tmp_path, settings) -> None:
+    """Two elites of one island, each written by a stored call; a run whose turn 1 is a crossover (the scripted
+    server on 127.0.0.1 answers it): its call stores both parents, the trace lists both and the lineage page draws
+    an edge from each."""
+    from evaluator.hardware import device_name
+    from fake_llm_server import FakeLLMServer, Reply
+    from kforge.trace import trace_lines
+    from pipeline.archive import ArchiveConfig
+    from pipeline.llm import LLMSettings, OpenAIChat
+    from pipeline.loop import Loop, RunConfig
+
+    board = (device_name("cpu"), "small")
+    with Database(f"sqlite:///{tmp_path / 'kforge.db'}") as db:
+        p = resolve_problem("relu")
+        db.upsert_problem(p.name, p.meta.level, str(p.path), p.sha256)
+        elites = {}
+        for name, cell, speedup in (("x", "plain|1-1.5", 1.2), ("y", "fusion|1.5-2", 1.8)):
+            sha = _solution(db, "relu", name, "coder")
+            db.add_evaluation(sha, status="correct", cause="correct", device="cpu", device_name=board[0], size=board[1],
+                              candidate_ms=1.0, reference_ms=speedup, speedup=speedup)
+            db.place_elite("relu", *board, 0, cell, sha, speedup)
+            elites[call(db, "relu", sha, 0)] = sha
+        cut = Reply(content="```python\nimport torch\nsrc = r\"\"\"\n", finish_reason="length")
+        with FakeLLMServer([cut]) as server:
+            provider = OpenAIChat(LLMSettings(base_url=server.url, api_key="k", model="m"))
+            config = RunConfig(turns=2, out_dir=tmp_path / "out", archive=ArchiveConfig(islands=1, crossover=1.0))
+            Loop(provider, db, settings, config, run_id=db.start_run({})).run(p)
+        (line,) = [ln for ln in trace_lines(db) if ln["prompt_kind"] == "crossover"]
+        assert sorted(line["parent_generation_ids"]) == sorted(elites)
+        assert line["parent_generation_id"] == line["parent_generation_ids"][0]
+        root = write_report(db, tmp_path / "report").parent
+    html = (root / "lineage/relu.html").read_text()
+    chart = _charts(root / "lineage/relu.html")[0]
+    dots = _dots(chart)
+    edges = {((float(e["x1"]), float(e["y1"])), (float(e["x2"]), float(e["y2"]))) for e in _elements(chart, "line", "edge")}
+    child = line["generation_id"]
+    assert edges == {(_xy(dots[parent]), _xy(dots[child])) for parent in elites}
+    row = re.search(rf'<tr id="call-{child}">(.*?)</tr>', html, re.S).group(1)
+    assert all(f'href="#call-{parent}"' in row for parent in elites)

@@ -148,3 +148,22 @@ def test_generations_stored_before_runs_keep_their_rows(url: str) -> None:
         assert [(s.run_id, s.calls, s.cost_usd, s.unpriced) for s in db.spend(by=("run_id",))] == [
             (None, 1, 0.0, 1), (run_id, 1, 0.5, 0)]
     assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.head(),)]
+
+
+def test_a_call_stored_with_one_parent_keeps_it_as_its_first(url: str) -> None:
+    """0004 adds every parent of a call: a call stored before it had one, parent_generation_id, and reads as that
+    one parent; a new call stores several (a crossover's two)."""
+    run_on(url, command.upgrade, "0003")
+    at = datetime(2024, 1, 1)
+    insert_rows(url, "problems", [dict(name="relu", level=1, path="p", sha256="h", created_at=at)])
+    call = dict(problem_id=1, provider="openai", model="m", prompt=[], response="x", prompt_tokens=0, completion_tokens=0,
+                cost_usd=None, latency_s=0.0, turn=0, sample=0, prompt_kind="draft", extraction_status="ok", created_at=at)
+    insert_rows(url, "generations", [call | dict(request_hash="a"), call | dict(request_hash="b")])
+    insert_rows(url, "generations", [call | dict(request_hash="c", turn=1, prompt_kind="refine", parent_generation_id=1)])
+    with Database(url) as db:
+        assert {g.request_hash: g.parent_generation_ids for g in db.generations("relu")} == {"a": [], "b": [], "c": [1]}
+        both = db.add_generation(problem="relu", request_hash="d", provider="openai", model="m", prompt=[], response="y",
+                                 prompt_kind="crossover", parent_generation_ids=[2, 1])
+        crossover = db.get_generation(both)
+        assert (crossover.parent_generation_id, crossover.parent_generation_ids) == (2, [2, 1])
+    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.head(),)]
