@@ -14,6 +14,7 @@ from rich.console import Console
 
 from evaluator.contracts import EvalSettings, EvaluatorError, Limits
 from evaluator.hardware import auto_device
+from evaluator.languages import language_of
 from evaluator.parent import leases
 from evaluator.sandbox import forkserver
 from kforge.settings import Settings
@@ -65,6 +66,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")]
 SizeOpt = Annotated[str, typer.Option("--size", help="full, small, or auto (small on CPU, full on CUDA)")]
 ProblemOpt = Annotated[Optional[str], typer.Option("--problem", "-p", help="registered name or path to a KernelBench .py")]
+BackendOpt = Annotated[Optional[str], typer.Option("--backend", help="the kernel language candidates are judged as: cuda, "
+                                                   "cpp, triton, cute or tilelang (default: read from each one's code)")]
 
 
 class UserError(Exception):
@@ -116,8 +119,12 @@ def resolve_size(size: str, device: str) -> str:
 
 
 def eval_settings(device: str | None, size: str, jobs: int | None = None, compile_baseline: bool = False,
-                  gpus: str | None = None) -> EvalSettings:
+                  gpus: str | None = None, backend: str | None = None) -> EvalSettings:
     cfg = Settings()
+    try:
+        language = language_of("", backend) if backend else None
+    except ValueError as exc:
+        raise UserError(f"--backend: {exc}") from None
     device = device or cfg.device or auto_device()
     if device not in ("cpu", "cuda"):
         raise UserError(f"--device must be cpu or cuda, not '{device}'")
@@ -126,7 +133,8 @@ def eval_settings(device: str | None, size: str, jobs: int | None = None, compil
     size = resolve_size(size, device)
     limits = Limits(**{k: v for k, v in (("timeout_s", cfg.timeout_s), ("memory_mb", cfg.memory_mb)) if v is not None})
     return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root,
-                        compile_baseline=compile_baseline, gpus=gpus.split(",") if gpus else None, sandbox=sandbox_mode())
+                        compile_baseline=compile_baseline, gpus=gpus.split(",") if gpus else None, sandbox=sandbox_mode(),
+                        language=language)
 
 
 def say_compile_plan(settings: EvalSettings) -> None:

@@ -22,20 +22,20 @@ from kforge import kernelbench, tables
 from kforge.progress import BatchProgress
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
 
-from kforge.app import (DbOpt, DeviceOpt, JsonOpt, ProblemOpt, SizeOpt, UserError, app, err, eval_settings, friendly,
+from kforge.app import (BackendOpt, DbOpt, DeviceOpt, JsonOpt, ProblemOpt, SizeOpt, UserError, app, err, eval_settings, friendly,
                         open_db, out, problems_dir, resolve_size, say_compile_plan)
 
 if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands that use them, not at start-up
     from db import Database
 
-def backend_for(name: str, address: str | None) -> Backend | None:
+def runner_for(name: str, address: str | None) -> Backend | None:
     """The local evaluator (None: the default) or the Ray one; the caller stores the verdicts either way."""
     if name == "local":
         return None
     if name == "ray":
         from evaluator.parent import ray_backend  # Ray is an optional extra: imported only when asked for
         return functools.partial(ray_backend.evaluate, address=address)
-    raise UserError(f"--backend must be local or ray, not '{name}'")
+    raise UserError(f"--runner must be local or ray, not '{name}'")
 
 
 def candidate_file(path: Path) -> tuple[Path, bytes]:
@@ -147,14 +147,14 @@ def prompt(problem: Annotated[str, typer.Argument(help="registered name or path"
 @friendly
 def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining ModelNew")], problem: ProblemOpt = None,
            device: DeviceOpt = None, size: SizeOpt = "auto", rerun: Annotated[bool, typer.Option("--rerun")] = False,
-           db: DbOpt = None, as_json: JsonOpt = False) -> None:
+           db: DbOpt = None, as_json: JsonOpt = False, backend: BackendOpt = None) -> None:
     """Evaluate one candidate file and store the verdict."""
     path, raw = candidate_file(file)
-    check = check_source(raw.decode())
+    settings = eval_settings(device, size, backend=backend)
+    check = check_source(raw.decode(), settings.language)
     if check.status is Status.INVALID:
         raise UserError(f"{path.name}: {check.cause}: not a kforge candidate")
     job = CandidateJob(path=path, problem=problem_for(path, problem), source=raw)
-    settings = eval_settings(device, size)
     lines = emit(run_jobs(open_db(db), [job], settings, rerun, progress=not as_json), as_json)
     if lines[0]["reused"] and not as_json:
         err.print("(stored verdict for identical code on this device; --rerun to evaluate again)")
@@ -192,14 +192,15 @@ def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/
                  rerun: Annotated[bool, typer.Option("--rerun")] = False, db: DbOpt = None, as_json: JsonOpt = False,
                  compile_baseline: Annotated[bool, typer.Option(help="also time torch.compile(reference)")] = False,
                  gpus: Annotated[Optional[str], typer.Option(help="CUDA devices to use, e.g. 0,1 (default: every visible one)")] = None,
-                 backend: Annotated[str, typer.Option(help="local, or ray (one task per candidate on a Ray cluster)")] = "local",
-                 address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local one)")] = None) -> None:
+                 runner: Annotated[str, typer.Option(help="local, or ray (one task per candidate on a Ray cluster)")] = "local",
+                 address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local one)")] = None,
+                 backend: BackendOpt = None) -> None:
     """Evaluate every candidate in a directory (solutions/<problem>/<name>.py, or a KernelBench run directory of
     level_L_problem_P_sample_S_kernel.py files). Exit 1 if a problem's reference failed (its candidates are
     reference_error), 2 on bad input."""
     candidates = collect(directory, problem)
-    settings = eval_settings(device, size, jobs, compile_baseline, gpus)
-    run = backend_for(backend, address)
+    settings = eval_settings(device, size, jobs, compile_baseline, gpus, backend)
+    run = runner_for(runner, address)
     emit(run_jobs(open_db(db), candidates, settings, rerun, progress=not as_json, backend=run), as_json)
 
 

@@ -77,6 +77,7 @@ class GenerateOptions:
     replay: Annotated[Optional[Path], typer.Option("--replay", help="serve recorded transcripts from this directory instead of an LLM")] = None
     device: Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")] = None
     size: Annotated[str, typer.Option("--size", help="full, small, or auto (small on CPU, full on CUDA)")] = "auto"
+    backend: Annotated[Optional[str], typer.Option("--backend", help="the kernel language answers are judged as: cuda, cpp, triton, cute or tilelang (default: read from each one's code)")] = None
     db_url: Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")] = None
     json_out: Annotated[bool, typer.Option("--json", help="one JSON object per candidate")] = False
     out_dir: Annotated[Path, typer.Option("--out", help="where candidate files are written")] = DEFAULT_OUT
@@ -143,7 +144,7 @@ def _spec(o: GenerateOptions, budget: Budget | None) -> runs.RunSpec:
     models = list(dict.fromkeys(o.model or []))
     return runs.RunSpec(problems=_names(o.problem), model=models[0] if models else None, models=models[1:],
                         base_url=o.base_url, replay=str(o.replay) if o.replay else None, device=o.device or "",
-                        size=o.size, config=config)
+                        size=o.size, backend=o.backend, config=config)
 
 
 def _summarize(database: Database, run_id: int, results: list[RunResult], json_out: bool) -> None:
@@ -201,7 +202,7 @@ def _prepare(spec: runs.RunSpec, prices: Path | None) -> tuple[list[Problem], li
     errors)."""
     problems = [resolve_problem(name, problems_dir()) for name in spec.problems]
     llm = _llm_settings(spec, prices)
-    settings = eval_settings(spec.device or None, spec.size)
+    settings = eval_settings(spec.device or None, spec.size, backend=spec.backend)
     if spec.replay:
         models = [spec.model or "replay", *spec.models]
         return problems, [ReplayProvider(Path(spec.replay), model=m) for m in models], llm, settings

@@ -24,6 +24,7 @@ class RunSpec(BaseModel):
     replay: str | None = None
     device: str
     size: str
+    backend: str | None = None  # the kernel language answers are judged as (--backend); None: read from each one's code
     config: RunConfig
 
 

@@ -1,5 +1,5 @@
 """The Ray backend against a real local Ray cluster (a head node started here, on the CPU): candidates are
-shipped as text, evaluated inside Ray workers, and stored by the driver (`kforge evaluate --backend ray`)."""
+shipped as text, evaluated inside Ray workers, and stored by the driver (`kforge evaluate --runner ray`)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_ray_backend_evaluates_in_workers_and_the_driver_stores(ray_address: str
     url = f"sqlite:///{tmp_path / 'kforge.db'}"
     env = os.environ | {"KFORGE_BUILD_ROOT": str(build_root), "RAY_ADDRESS": ""}
     cmd = [sys.executable, "-m", "kforge", "evaluate", str(tmp_path), "--device", "cpu", "--json", "--db", url,
-           "--backend", "ray", "--address", ray_address]
+           "--runner", "ray", "--address", ray_address]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = {Path(ln["path"]).name: ln for ln in map(json.loads, proc.stdout.splitlines())}
@@ -86,7 +86,7 @@ def test_an_unreachable_ray_address_fails_in_seconds_with_one_line(tmp_path: Pat
     (tmp_path / "relu").mkdir()
     (tmp_path / "relu" / "c.py").write_text("import torch\n")
     cmd = [sys.executable, "-m", "kforge", "evaluate", str(tmp_path), "--device", "cpu", "--db", f"sqlite:///{tmp_path / 'k.db'}",
-           "--backend", "ray", "--address", f"127.0.0.1:{_free_port()}"]
+           "--runner", "ray", "--address", f"127.0.0.1:{_free_port()}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "cannot reach a Ray cluster at 127.0.0.1:" in proc.stderr and "Traceback" not in proc.stderr
