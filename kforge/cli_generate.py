@@ -37,13 +37,22 @@ err = Console(stderr=True)
 
 def candidate_line(c: Candidate, run_id: int | None = None) -> dict:
     v = c.verdict
-    return {"run_id": run_id, "problem": c.problem, "turn": c.turn, "sample": c.sample, "model": c.model, "island": c.island,
-            "status": c.status, "duplicate_of": c.duplicate_of,
+    return {"kind": "candidate", "run_id": run_id, "problem": c.problem, "turn": c.turn, "sample": c.sample,
+            "model": c.model, "island": c.island, "status": c.status, "duplicate_of": c.duplicate_of,
+            "taken_back": c.taken_back,
             "speedup": v.speedup if v else None, "solution_sha256": v.solution_sha256 if v else None,
             "path": str(c.path) if c.path else None, "parent_sha256": c.parent_sha256,
             "extraction": c.extraction.status.value, "cause": (v.evidence.cause if v else "") or c.extraction.cause,
             "generation_id": c.generation_id, "cached": c.cached, "prompt_tokens": c.usage.prompt_tokens,
             "completion_tokens": c.usage.completion_tokens, "cost_usd": c.cost_usd}
+
+
+def summary_line(database: Database, run_id: int, results: list[RunResult], reason: str | None) -> dict:
+    """The object `--json` ends with: how the run ended, its spend by problem and model, each problem's best."""
+    spend = [row.model_dump() for row in database.spend(by=("problem", "model"), run_id=run_id)]
+    best = {r.problem: candidate_line(b, run_id) if (b := r.best()) else None for r in results}
+    return {"kind": "summary", "run_id": run_id, "status": "stopped" if reason else "finished", "stop_reason": reason,
+            "spend": spend, "best": best}
 
 
 def best_table(results: list[RunResult]) -> Table:
@@ -148,13 +157,15 @@ def _spec(o: GenerateOptions, budget: Budget | None) -> runs.RunSpec:
 
 
 def _summarize(database: Database, run_id: int, results: list[RunResult], json_out: bool) -> None:
-    """What the run said, its best kernels and spend (not with --json) and how it ended; exit 1 when nothing
-    answered and no budget ended the run."""
+    """What the run said, its best kernels and spend (a table, or with --json one summary object) and how it ended;
+    exit 1 when nothing answered and no budget ended the run."""
     profiled = [f"{r.problem}: Nsight Compute on {sha[:12]}: {said}" for r in results for sha, said in r.profiles.items()]
     for message in [e for r in results for e in r.errors] + [f"{r.problem} done: {r.reached}" for r in results if r.reached] + profiled:
         err.print(f"kforge: {message}", markup=False, highlight=False, soft_wrap=True)
     reason = next((r.stopped for r in results if r.stopped), None)
-    if not json_out:
+    if json_out:
+        print(json.dumps(summary_line(database, run_id, results, reason)), flush=True)
+    else:
         out.print(best_table(results))
         out.print(tables.spend(database.spend(by=("problem", "model"), run_id=run_id), f"run {run_id}: spend"))
     ending = f"stopped: {reason}; continue with --resume {run_id}" if reason else "finished"

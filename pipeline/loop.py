@@ -9,6 +9,7 @@ already paid for by (problem, turn, sample)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -20,6 +21,7 @@ from pydantic import BaseModel, Field
 from db import Database
 from evaluator import CandidateJob, EvalSettings, Evidence, Profile, Status, Verdict, profile
 from evaluator.hardware import device_name
+from evaluator.parent.prebuild import Prebuilder
 from judging.judge import Submission, judge_and_store
 from judging.record import register_problem
 from pipeline import cache
@@ -70,6 +72,7 @@ class Candidate(BaseModel):
     parent_sha256: str | None = None
     island: int | None = None
     duplicate_of: str | None = None  # the evaluated solution whose normalized code this one repeats
+    taken_back: bool = False  # this run's answer from an earlier session (--resume), not a new one
 
     @property
     def status(self) -> str:
@@ -214,8 +217,8 @@ class Loop:
                                max_tokens=self.config.max_tokens)
                     for slot in slots]
         judged, errors, stopped = [], [], None
-        with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(requests))) as pool:
-            pending = {pool.submit(self._draw, problem, request, slot): slot for request, slot in zip(requests, slots)}
+        with self._compiling_on_arrival() as early, ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(requests))) as pool:
+            pending = {pool.submit(self._draw, problem, request, slot, early): slot for request, slot in zip(requests, slots)}
             while pending:
                 arrived = []
                 for future in wait(pending, return_when=FIRST_COMPLETED).done:
@@ -241,15 +244,20 @@ class Loop:
         return chat_messages(problem, history, inspirations=slot.inspirations, device_name=shown_on,
                              related=slot.related, contrast=tuple(slot.contrast) or None, **where)
 
+    def _taken_back(self, request: LLMRequest) -> tuple[LLMResponse, int, str | None] | None:
+        """This run's own answer to the slot from an earlier session (a resumed run), with its generation id and the
+        parent it was written for; None when the run has none."""
+        mine = self.run_id is not None and self.database.run_generation(self.run_id, request.problem, request.turn,
+                                                                       request.sample)
+        if not mine:
+            return None
+        parent = mine.parent_generation_id and self.database.get_generation(mine.parent_generation_id)
+        return cache.cached_response(mine), mine.id, parent.solution_sha256 if parent else None
+
     def _answer(self, request: LLMRequest, slot: Slot, provider: Provider,
                 key: str) -> tuple[LLMResponse, int | None, str | None]:
-        """(response, stored generation id or None when it is new, the parent it was written for): this run's own
-        earlier answer to the slot, else any stored answer to the identical request, else a paid call."""
-        if self.run_id is not None:
-            mine = self.database.run_generation(self.run_id, request.problem, request.turn, request.sample)
-            if mine is not None:
-                parent = mine.parent_generation_id and self.database.get_generation(mine.parent_generation_id)
-                return cache.cached_response(mine), mine.id, parent.solution_sha256 if parent else None
+        """(response, stored generation id or None when it is new, the parent it was written for): any stored
+        answer to the identical request, else a paid call."""
         parent_sha = slot.parent.sha256 if slot.parent else None
         if hit := cache.lookup(self.database, key):
             return hit[0], hit[1], parent_sha
@@ -262,10 +270,17 @@ class Loop:
         self.meter.settle(response.usage, response.cost_usd)
         return response, None, parent_sha
 
-    def _draw(self, problem: Problem, request: LLMRequest, slot: Slot) -> Candidate:
+    def _compiling_on_arrival(self) -> contextlib.AbstractContextManager[Prebuilder | None]:
+        """On a GPU each answer's compile starts the moment it arrives, beside the judging of earlier ones, so its
+        verdict does not wait ~10 s for nvcc (evaluator/parent/prebuild.py). Not on CPU, whose timed runs must not
+        share the machine with compilers."""
+        return Prebuilder(self.settings) if self.settings.device == "cuda" else contextlib.nullcontext()
+
+    def _draw(self, problem: Problem, request: LLMRequest, slot: Slot, early: Prebuilder | None = None) -> Candidate:
         provider = self.bandit.arms[slot.arm].provider
         key = cache.request_hash(provider.name, provider.model, request)
-        response, generation_id, parent_sha = self._answer(request, slot, provider, key)
+        taken_back = self._taken_back(request)
+        response, generation_id, parent_sha = taken_back or self._answer(request, slot, provider, key)
         extraction = extract(response.text, response.finish_reason)
         if generation_id is None:
             generation_id = cache.store(self.database, key, provider, request, response, extraction.status.value,
@@ -275,10 +290,12 @@ class Loop:
         else:
             cached = True
         path = write_candidate(self.config.out_dir, problem.name, extraction.code) if extraction.code is not None else None
+        if early is not None and path is not None and extraction.ok:
+            early.submit(CandidateJob(path=path, problem=problem, source=extraction.code.encode()))
         candidate = Candidate(problem=problem.name, turn=request.turn, sample=request.sample, generation_id=generation_id,
                               cached=cached, model=provider.model, arm=slot.arm, usage=response.usage,
                               cost_usd=response.cost_usd, extraction=extraction, path=path, parent_sha256=parent_sha,
-                              island=slot.island)
+                              island=slot.island, taken_back=taken_back is not None)
         self.events("answered", candidate)
         return candidate
 

@@ -144,3 +144,24 @@ def test_on_cuda_each_rounds_best_correct_kernel_is_profiled_once_and_its_metric
     assert result.profiles == {first.verdict.solution_sha256: "1 kernel(s) profiled"}
     assert all("- `relu_kernel(float *, long)` 100%: SM throughput 12% of peak, DRAM throughput 81%." in prompt
                for prompt in refine_prompts) and len(refine_prompts) == 2
+
+
+def test_an_answer_is_compiled_the_moment_it_arrives(tmp_path, database, settings, monkeypatch):
+    """On a GPU the loop hands each answer with code to a Prebuilder as it arrives (here forced on CPU: the same
+    compile child), and the judged verdict is of the build that compile left in the cache."""
+    from evaluator.parent import prebuild
+
+    started = []
+
+    class Recording(prebuild.Prebuilder):
+        def submit(self, job):
+            started.append(job.sha256)
+            return super().submit(job)
+
+    monkeypatch.setattr(Loop, "_compiling_on_arrival", lambda self: Recording(self.settings))
+    with FakeLLMServer(lambda body, i: Reply(content=answer(FIXED_RELU, "a C++ relu"))) as server:
+        result = loop(server, database, settings, tmp_path, samples=1).run(resolve_problem("relu"))
+    (judged,) = result.candidates
+    assert started == [judged.verdict.solution_sha256]
+    assert judged.verdict.status.value == "correct" and judged.verdict.evidence.cache_hit is True, judged.verdict.evidence.cause
+    assert judged.verdict.evidence.stage_s["compile_child"] == 0.0  # the batch waited for that compile, ran none of its own
