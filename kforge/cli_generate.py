@@ -49,7 +49,7 @@ def candidate_line(c: Candidate, run_id: int | None = None) -> dict:
 
 def summary_line(database: Database, run_id: int, results: list[RunResult], reason: str | None) -> dict:
     """The object `--json` ends with: how the run ended, its spend by problem and model, each problem's best."""
-    spend = [row.model_dump() for row in database.spend(by=("problem", "model"), run_id=run_id)]
+    spend = [row.model_dump(exclude={"run_id"}) for row in database.spend(by=("problem", "model"), run_id=run_id)]
     best = {r.problem: candidate_line(b, run_id) if (b := r.best()) else None for r in results}
     return {"kind": "summary", "run_id": run_id, "status": "stopped" if reason else "finished", "stop_reason": reason,
             "spend": spend, "best": best}

@@ -204,7 +204,7 @@ def test_cli_takes_several_models_and_temperatures_and_resume_keeps_them(tmp_pat
         arms = [(body["model"], body["temperature"]) for body in server.requests]
     assert sorted(arms[:4]) == [("a", 0.2), ("a", 0.9), ("b", 0.2), ("b", 0.9)]  # warm-up: every arm once
     assert len(arms) == 8 and set(arms) <= {("a", 0.2), ("a", 0.9), ("b", 0.2), ("b", 0.9)}
-    lines = [json.loads(ln) for ln in again.stdout.splitlines()]
+    lines = [ln for ln in map(json.loads, again.stdout.splitlines()) if ln["kind"] == "candidate"]
     with Database(db_url) as db:
         gens = {g.id: g for g in db.generations("relu")}
         assert db.get_run(run_id).settings["models"] == ["b"]

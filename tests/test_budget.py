@@ -35,7 +35,8 @@ def no_llm_env(monkeypatch):
 
 @pytest.fixture
 def kforge(tmp_path):
-    """`kforge generate ARGS` on this test's db, against a server; returns (exit code, JSON lines, stderr)."""
+    """`kforge generate ARGS` on this test's db, against a server; returns (exit code, the candidates' JSON lines,
+    stderr). Each output's last line, its summary, is kept in `run.summaries`."""
     app = typer.Typer()
     app.command("generate")(generate)
     prices = tmp_path / "prices.json"
@@ -47,9 +48,12 @@ def kforge(tmp_path):
         first = ["--resume", str(resume)] if resume else ["--problem", "relu", "--device", "cpu", "--size", "small",
                                                            "--out", str(tmp_path / "generations")]
         result = CliRunner().invoke(app, [*first, *common, *args])
-        return result.exit_code, [json.loads(ln) for ln in result.stdout.splitlines()], result.stderr
+        *lines, summary = [json.loads(ln) for ln in result.stdout.splitlines()] or [None]
+        run.summaries.append(summary)
+        assert all(ln["kind"] == "candidate" for ln in lines)
+        return result.exit_code, lines, result.stderr
 
-    run.db_url = db_url
+    run.db_url, run.summaries = db_url, []
     return run
 
 
@@ -70,9 +74,19 @@ def test_token_budget_stops_exactly_and_resume_continues_without_paying_twice(kf
         code, lines, stderr = kforge(server, "--budget-tokens", str(6 * CALL_TOKENS), resume=run_id)
         assert code == 0, stderr
         assert len(server.requests) == 6  # only the three calls the first session never made were paid
-        assert [(ln["turn"], ln["sample"], ln["cached"]) for ln in lines] == [
-            (0, 0, True), (0, 1, True), (1, 0, True), (1, 1, False), (2, 0, False), (2, 1, False)]
+        assert [(ln["turn"], ln["sample"], ln["cached"], ln["taken_back"]) for ln in lines] == [
+            (0, 0, True, True), (0, 1, True, True), (1, 0, True, True), (1, 1, False, False), (2, 0, False, False),
+            (2, 1, False, False)]  # what the first session printed is marked: no answer shows twice unmarked
         assert f"run {run_id} finished" in stderr
+    stopped, finished = kforge.summaries
+    assert (stopped["kind"], stopped["run_id"], stopped["status"]) == ("summary", run_id, "stopped")
+    assert stopped["stop_reason"] == "max_tokens reached: 450 of 450 tokens"
+    assert (finished["status"], finished["stop_reason"]) == ("finished", None)
+    (spent,) = finished["spend"]
+    assert (spent["problem"], spent["model"], spent["calls"], spent["unpriced"]) == ("relu", "fake-coder", 6, 0)
+    assert spent["cost_usd"] == pytest.approx(6 * CALL_USD)
+    best = finished["best"]["relu"]
+    assert best["status"] == "truncated" and (best["turn"], best["sample"]) in {(ln["turn"], ln["sample"]) for ln in lines}
     with Database(kforge.db_url) as db:
         run = db.get_run(run_id)
         assert (run.status, run.calls, run.settings["config"]["budget"]["max_tokens"]) == ("finished", 6, 6 * CALL_TOKENS)

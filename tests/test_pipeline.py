@@ -137,7 +137,7 @@ def test_replay_of_the_seeds_reproduces_the_seed_solutions(tmp_path):
             "--db", f"sqlite:///{tmp_path / 'kforge.db'}", "--out", str(out), "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    lines = [ln for ln in map(json.loads, result.stdout.splitlines()) if ln["kind"] == "candidate"]
     for problem, transcripts in index.items():
         for sample, transcript in enumerate(transcripts):
             (line,) = [ln for ln in lines if ln["problem"] == problem and ln["sample"] == sample]
