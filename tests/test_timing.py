@@ -34,7 +34,9 @@ def test_a_steady_call_stops_once_its_median_is_known_and_a_fixed_budget_does_no
     seen = []
     adaptive = bench(_steady, "cpu", 10, 1000, 10, 1000, rel_ci=0.005,
                      on_rep=lambda i, least, last, out, seen_in_window: seen.append((i, least, last)))
-    assert 20 <= len(adaptive) < 100  # a 1 s budget would be ~500 reps
+    # a 1 s budget would be ~500 reps; quiet, this stops after 20-40, and on a loaded machine (preempted calls
+    # widen the spread) it took up to 130: still well short of the budget
+    assert 20 <= len(adaptive) < 250
     low, high = median_interval(adaptive)
     assert (high - low) / 2 <= 0.005 * sorted(adaptive)[len(adaptive) // 2] * 1.01
     assert seen[-1][2] and all(i == k for k, (i, _, _) in enumerate(seen)) and {least for _, least, _ in seen} == {20}
