@@ -72,7 +72,7 @@ class Candidate(BaseModel):
     parent_sha256: str | None = None
     island: int | None = None
     duplicate_of: str | None = None  # the evaluated solution whose normalized code this one repeats
-    taken_back: bool = False  # this run's answer from an earlier session (--resume), not a new one
+    taken_back: bool = False  # this run's answer from before it was resumed (--resume), not a new one
 
     @property
     def status(self) -> str:
@@ -245,7 +245,7 @@ class Loop:
                              related=slot.related, contrast=tuple(slot.contrast) or None, **where)
 
     def _taken_back(self, request: LLMRequest) -> tuple[LLMResponse, int, str | None] | None:
-        """This run's own answer to the slot from an earlier session (a resumed run), with its generation id and the
+        """This run's own answer to the slot from before it was resumed, with its generation id and the
         parent it was written for; None when the run has none."""
         mine = self.run_id is not None and self.database.run_generation(self.run_id, request.problem, request.turn,
                                                                        request.sample)
@@ -344,8 +344,8 @@ class Loop:
         return None
 
     def _known_best(self, problem: Problem) -> float:
-        """The best correct speedup of the problem here known before this run began (a resumed run: its first
-        session), which its answers must beat to earn: replayed answers are credited as they were the first time."""
+        """The best correct speedup of the problem here known before this run began (a resumed run: before its first
+        `generate`), which its answers must beat to earn: replayed answers are credited as they were the first time."""
         since = self.database.get_run(self.run_id).created_at if self.run_id is not None else datetime.now(UTC)
         here = (device_name(self.settings.device), self.settings.size)
         return max((r.speedup or 0.0 for r in self.database.evaluations(problem.name) if r.created_at < since

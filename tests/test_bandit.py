@@ -132,7 +132,7 @@ def test_the_bandit_moves_requests_to_the_model_that_improves_most_per_cost(tmp_
     assert sorted(whole[0, s] for s in range(2)) == ["fast-cheap", "slow"]  # warm-up: each model once
     later = [whole[t, s] for t in range(1, TURNS) for s in range(SAMPLES)]
     assert later.count("fast-cheap") >= len(later) - 2, whole  # epsilon 0.1 leaves a rare exploring draw
-    assert len(asked) == SAMPLES * TURNS  # the resumed session bought only what the first had not
+    assert len(asked) == SAMPLES * TURNS  # resumed, the run bought only what it had not
     gens = database.generations("relu")
     assert len(gens) == len(asked) and sorted(g.model for g in gens) == sorted(asked)
     for g in gens:  # each stored call names the model that answered it: its own usage and its own kind of answer
