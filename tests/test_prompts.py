@@ -9,8 +9,9 @@ from evaluator import Evidence, Mismatch, Status, TimingStats, Verdict
 from prompts import Turn, chat_messages, format_tolerance, render_feedback, render_prompt
 from prompts.render import ENV, render_system
 from reference_problems import list_problems
+from reference_problems.registry import PROBLEM_DIR
 
-PROBLEMS = list_problems()
+PROBLEMS = [p for p in list_problems() if p.path.parent == PROBLEM_DIR]  # not the user's imported ones
 
 
 def make_verdict(status: Status, **evidence) -> Verdict:

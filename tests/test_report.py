@@ -25,6 +25,7 @@ from kforge.report import histogram_chart, page_of, write_report
 from kforge.speed_of_light import Cost, achieved
 from kforge.transfer import TransferError, export_jsonl, import_jsonl
 from reference_problems import import_problems, list_problems, resolve_problem
+from reference_problems.registry import PROBLEM_DIR
 
 H100 = "NVIDIA H100 80GB HBM3"
 T0 = datetime(2025, 3, 1, 12, tzinfo=UTC)
@@ -300,7 +301,7 @@ def test_the_report_shows_the_stored_speed_of_light_and_starts_no_child(filled, 
 def test_speed_of_light_declared_matches_derived(tmp_path: Path) -> None:
     """The hand-counted bytes of every reference problem agree with the shapes the introspect child measures; FLOPs
     where torch counts them."""
-    problems = list_problems()
+    problems = [p for p in list_problems() if p.path.parent == PROBLEM_DIR]  # not the user's imported ones
     found = introspect([p.path for p in problems])
     for p in problems:
         assert found[str(p.path)].bytes_moved == p.meta.bytes_moved, p.name
