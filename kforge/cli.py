@@ -81,9 +81,13 @@ def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSetting
     with BatchProgress(err, show=progress, before=functools.partial(say_compile_plan, settings)) as bar:
         for judged in judge_and_store(database, submissions, settings, rerun=rerun, backend=backend,
                                       on_evaluate=bar.start, on_stage=bar.stage):
-            if not judged.reused:
-                bar.done(judged.verdict.solution_path, judged.verdict.status.value,
-                         judged.verdict.evidence.stage_s.get("device_wait", 0.0))
+            v = judged.verdict
+            if judged.reused:
+                bar.reused += 1
+            else:
+                bar.done(v.solution_path, v.status.value, v.evidence.stage_s.get("device_wait", 0.0),
+                         f"{v.problem} {Path(v.solution_path or '').name}: {v.status.value}"
+                         + (f" {v.speedup:.3g}x" if v.speedup else ""))
             yield verdict_line(judged)
 
 

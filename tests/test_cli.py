@@ -36,6 +36,15 @@ def test_submit_stores_once_and_reuses(kforge):
     assert _rows(kforge.db_url) == 2
 
 
+def test_a_run_outside_a_terminal_says_each_verdict_and_what_it_took_back(kforge):
+    """Piped or logged, a batch prints a line per verdict as it comes (a progress bar would print nothing), and a
+    verdict taken back from the db is said to be one."""
+    first = kforge("submit", str(TRUNCATED)).stderr
+    assert f"kforge: [1/1] matmul_maxpool_sum_scale {TRUNCATED.name}: truncated (" in first, first
+    again = kforge("submit", str(TRUNCATED)).stderr
+    assert "kforge: 1 stored verdict(s) of unchanged code on this device taken back" in again and "[1/1]" not in again
+
+
 @pytest.mark.parametrize("args, message", [
     (["submit", str(SOLUTIONS.parent / "pyproject.toml")], "not a Python file"),
     (["submit", "nowhere.py"], "no such file"),
