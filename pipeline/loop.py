@@ -234,7 +234,7 @@ class Loop:
         return sorted(judged, key=lambda c: c.sample), [e for _, e in sorted(errors)], stopped
 
     def _messages(self, problem: Problem, slot: Slot) -> list[dict]:
-        where = {"target": self.settings.device, "size": self.settings.size}
+        where = {"target": self._target(), "size": self.settings.size}
         shown_on = slot.parent.verdict.device_name if slot.parent else device_name(self.settings.device)
         if slot.partner:
             return crossover_messages(problem, program_of(slot.parent), program_of(slot.partner), device_name=shown_on,
@@ -269,6 +269,12 @@ class Loop:
             raise
         self.meter.settle(response.usage, response.cost_usd)
         return response, None, parent_sha
+
+    def _target(self) -> str:
+        """What the prompts ask for: Triton kernels when answers are judged as Triton (--backend triton), else
+        load_inline kernels for the device."""
+        language = self.settings.language
+        return "triton" if language is not None and language.value == "triton" else self.settings.device
 
     def _compiling_on_arrival(self) -> contextlib.AbstractContextManager[Prebuilder | None]:
         """On a GPU each answer's compile starts the moment it arrives, beside the judging of earlier ones, so its

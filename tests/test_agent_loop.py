@@ -165,3 +165,21 @@ def test_an_answer_is_compiled_the_moment_it_arrives(tmp_path, database, setting
     assert started == [judged.verdict.solution_sha256]
     assert judged.verdict.status.value == "correct" and judged.verdict.evidence.cache_hit is True, judged.verdict.evidence.cause
     assert judged.verdict.evidence.stage_s["compile_child"] == 0.0  # the batch waited for that compile, ran none of its own
+
+
+def test_judged_as_triton_the_loop_asks_for_triton_kernels_and_judges_the_answer(tmp_path, database, settings):
+    """--backend triton: the prompt asks for @triton.jit kernels (its one-shot example is one) and the answer is
+    judged as Triton (on CPU under Triton's interpreter)."""
+    from pathlib import Path
+
+    from evaluator.languages import Language
+
+    kernel = (Path(__file__).parent / "candidates" / "triton" / "relu" / "honest.py").read_text()
+    triton_settings = settings.model_copy(update={"language": Language.TRITON})
+    with FakeLLMServer(lambda body, i: Reply(content=answer(kernel, "a Triton relu"))) as server:
+        result = loop(server, database, triton_settings, tmp_path, samples=1).run(resolve_problem("relu"))
+    prompt = server.requests[0]["messages"][1]["content"]
+    assert "@triton.jit" in prompt and "load_inline" not in prompt
+    (judged,) = result.candidates
+    assert judged.verdict.status.value == "correct", judged.verdict.evidence.cause
+    assert judged.verdict.evidence.language == "triton"
