@@ -28,9 +28,11 @@ class StaticCheck(BaseModel):
 
 
 def _syntax_cause(source: str, exc: SyntaxError) -> StaticCheck:
-    """Cut off: the text stops inside a construct that code before it opened. Prose (a reply with no code before
-    its first apostrophe) is a syntax error, not a cut-off candidate."""
+    """Cut off: the text stops inside a construct that code before it opened. A file without a line of code is
+    prose, not a candidate (invalid: refused as bad input); code that does not parse is a syntax error."""
     where = f"line {exc.lineno} of {source.count(chr(10)) + 1}"
+    if not _CODE_LINE.search(source):
+        return StaticCheck(status=Status.INVALID, cause=f"no line of Python code (prose?): SyntaxError {exc.msg} ({where})")
     before = "\n".join(source.splitlines()[:exc.lineno or 0])
     if _CUT_OFF.search(exc.msg or "") and _CODE_LINE.search(before):
         return StaticCheck(status=Status.TRUNCATED, cause=f"response cut off: {exc.msg} ({where}); the file ends mid-construct")

@@ -159,9 +159,7 @@ def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining Mod
     if check.status is Status.INVALID:
         raise UserError(f"{path.name}: {check.cause}: not a kforge candidate")
     job = CandidateJob(path=path, problem=problem_for(path, problem), source=raw)
-    lines = emit(run_jobs(open_db(db), [job], settings, rerun, progress=not as_json), as_json)
-    if lines[0]["reused"] and not as_json:
-        err.print("(stored verdict for identical code on this device; --rerun to evaluate again)")
+    emit(run_jobs(open_db(db), [job], settings, rerun, progress=not as_json), as_json)
 
 
 def collect(directory: Path, problem: str | None) -> list[CandidateJob]:

@@ -71,6 +71,14 @@ def test_bad_input_cuda_without_a_cuda_device(tmp_path, build_root, env, args):
     assert not Path(kforge.db_url.removeprefix("sqlite:///")).exists()  # refused before any db was opened
 
 
+def test_prose_in_a_py_file_is_refused_and_nothing_is_stored(kforge, tmp_path):
+    prose = tmp_path / "answer.py"
+    prose.write_text("Here is the kernel you asked for. It's fast, and it's correct.\n")
+    said = kforge("submit", str(prose), "--problem", "relu", expect=2).stderr
+    assert said.startswith("kforge: error: answer.py: no line of Python code (prose?)") and len(said.splitlines()) == 1
+    assert not (tmp_path / "k.db").exists() or _rows(kforge.db_url) == 0
+
+
 def test_non_python_bytes_and_missing_model_new(kforge, tmp_path):
     binary = tmp_path / "blob.py"
     binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")

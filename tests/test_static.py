@@ -29,9 +29,12 @@ def test_missing_model_new_and_broken_syntax():
     assert check_source("from elsewhere import ModelNew\n").status is None
 
 
-def test_prose_is_a_syntax_error_and_code_cut_off_is_truncated():
-    """A reply of prose opens a "string" at its first apostrophe; a cut-off file leaves open what its code began."""
-    assert check_source("Here is my kernel. It's fast: it uses shared memory.\n").status is Status.SYNTAX_ERROR
+def test_prose_is_no_candidate_code_that_fails_to_parse_is_a_syntax_error_and_cut_off_code_truncated():
+    """A file of prose has no line of code (its first apostrophe opens a "string"): not a candidate at all; code
+    that does not parse is one with a syntax error; a cut-off file leaves open what its code began."""
+    prose = check_source("Here is my kernel. It's fast: it uses shared memory.\n")
+    assert prose.status is Status.INVALID and prose.cause.startswith("no line of Python code (prose?)")
+    assert check_source("import torch\nclass ModelNew(:\n    pass\n").status is Status.SYNTAX_ERROR
     assert check_source("import torch\nx = load_inline(name='a',\n    cpp_sources='x'").status is Status.TRUNCATED
 
 
