@@ -25,6 +25,15 @@ class StaticCheck(BaseModel):
     needs_cuda: bool = False  # builds or uses CUDA: cannot run on a CPU-only machine
     cpu_only: bool = False  # builds a C++ extension with no CUDA sources: cannot run on CUDA tensors
     language: Language | None = None  # the kernel language it is judged as (evaluator/languages.py)
+    kernel_free: bool = False  # no kernel of its own can run: no kernel language, nothing loaded (_kernel_free)
+
+
+# What a file may import and still hold no kernel: torch itself (its extension loaders are a kernel language), and
+# pure-Python modules. Names that load or make code at run time keep a file from being called kernel-free.
+_PLAIN_IMPORTS = frozenset({"torch", "numpy", "math", "typing", "functools", "itertools", "collections",
+                            "dataclasses", "operator", "__future__"})
+_LOADERS = frozenset({"load", "load_library", "load_inline", "CDLL", "cdll", "PyDLL", "import_module", "__import__",
+                      "exec", "eval", "compile", "run_path", "run_module", "jit", "script"})
 
 
 def _syntax_cause(source: str, exc: SyntaxError) -> StaticCheck:
@@ -50,6 +59,20 @@ def _defines_model_new(tree: ast.Module) -> bool:
     return False
 
 
+def _kernel_free(tree: ast.Module) -> bool:
+    """Whether nothing in the file could run a kernel of its own: it imports only torch and pure-Python modules
+    and names no loader (an extension, a shared library, another module by name, code made at run time). Such a
+    candidate is the no_custom_kernel cheat before anything runs (its reference need not run first)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] not in _PLAIN_IMPORTS for a in node.names):
+            return False
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] not in _PLAIN_IMPORTS):
+            return False
+        if isinstance(node, ast.Name) and node.id in _LOADERS or isinstance(node, ast.Attribute) and node.attr in _LOADERS:
+            return False
+    return True
+
+
 def check_source(source: str, backend: str | None = None) -> StaticCheck:
     """Parse without running: truncation, syntax errors and a missing ModelNew cost no compile. `backend` overrides
     the language read from the code (ValueError when unknown). A Triton candidate runs anywhere: compiled on a GPU,
@@ -66,4 +89,5 @@ def check_source(source: str, backend: str | None = None) -> StaticCheck:
     if language in (Language.CUTE, Language.TILELANG):
         return StaticCheck(language=language, needs_cuda=True)
     needs_cuda = bool(_CUDA_HINTS.search(source))
-    return StaticCheck(needs_cuda=needs_cuda, cpu_only=not needs_cuda and "load_inline" in source, language=language)
+    return StaticCheck(needs_cuda=needs_cuda, cpu_only=not needs_cuda and "load_inline" in source, language=language,
+                       kernel_free=language is None and _kernel_free(tree))

@@ -52,7 +52,7 @@ def test_a_near_duplicate_is_not_evaluated_twice(tmp_path, database, settings):
         result = loop(server, database, settings, tmp_path, samples=2, concurrency=1).run(resolve_problem("relu"))
     first, twin = result.candidates
     assert first.path != twin.path  # different bytes ...
-    assert first.status == twin.status == "cheat" and "no compiled extension" in first.verdict.evidence.cause
+    assert first.status == twin.status == "cheat" and "no kernel of its own" in first.verdict.evidence.cause
     assert [e.solution_sha256 for e in database.evaluations("relu")] == [first.verdict.solution_sha256]  # ... judged once
     assert twin.duplicate_of == first.verdict.solution_sha256 and first.duplicate_of is None
     assert database.get_solution(twin.path.stem).normalized_sha256 == database.get_solution(first.path.stem).normalized_sha256

@@ -33,7 +33,7 @@ CONFINED = platform.machine() == "x86_64"  # where the seccomp filter exists
 # candidate -> (status, exploit named in the evidence, text the cause must contain)
 EXPECTED = {
     "honest_captured": (CORRECT, "", "correct in 3 trials"),
-    "torch_only": (CHEAT, "no_custom_kernel", "no compiled extension"),
+    "torch_only": (CHEAT, "no_custom_kernel", "no kernel of its own"),
     "ext_unused": (CHEAT, "no_custom_kernel", "never called its compiled extension (kforge_adversarial_relu)"),
     "reference_model": (CHEAT, "calls_reference", "runs the reference problem's code"),
     "cache_by_identity": (CHEAT, "stale_output", "returned the expected output of another call (timing)"),

@@ -46,7 +46,7 @@ def test_code_is_stored_evaluated_once_then_its_verdict_reused(tmp_path, databas
     sub = submission(tmp_path, "plain", PY_ONLY, origin="generated", model="m")
     [first], heard = judge(database, [sub], settings)
     assert heard == [1] and not first.reused and first.job is sub.job
-    assert first.verdict.status is Status.CHEAT and "no compiled extension" in first.verdict.evidence.cause
+    assert first.verdict.status is Status.CHEAT and "no kernel of its own" in first.verdict.evidence.cause
     stored = database.get_solution(sub.job.sha256)
     assert (stored.origin, stored.model, stored.source) == ("generated", "m", PY_ONLY)
     assert [e.id for e in database.evaluations("relu")] == [first.evaluation_id]

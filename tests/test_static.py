@@ -79,3 +79,23 @@ def test_sources_parse_in_many_threads_at_once():
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def test_a_file_that_can_run_no_kernel_of_its_own_is_known_before_anything_runs(tmp_path, cpu_settings):
+    """Plain PyTorch in ModelNew: the no_custom_kernel cheat from the code alone, with no reference run first.
+    Anything that could load or make a kernel (a module of its own, a shared library, code made at run time)
+    leaves the judgement to the run."""
+    from evaluator import CandidateJob, evaluate
+    from reference_problems import resolve_problem
+
+    plain = "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+    assert check_source(plain).kernel_free
+    for loads in ("import ctypes\n", "from . import kernels\n", "import my_kernels\n", "torch.ops.load_library('k.so')\n",
+                  "exec(open('k.py').read())\n", "f = __import__('kernels')\n"):
+        assert not check_source(loads + plain).kernel_free, loads
+    assert not check_source(plain, "cuda").kernel_free  # judged as a language: the run decides
+    path = tmp_path / "plain.py"
+    path.write_text(plain)
+    (verdict,) = evaluate([CandidateJob(path=path, problem=resolve_problem("relu"))], cpu_settings)
+    assert (verdict.status, verdict.evidence.exploit, verdict.evidence.stage) == (Status.CHEAT, "no_custom_kernel", "parse")
+    assert "before anything ran" in verdict.evidence.cause and not verdict.evidence.stage_s

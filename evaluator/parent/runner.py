@@ -66,6 +66,11 @@ def prepare(batch: Batch, job: CandidateJob, index: int) -> _Prepared | Verdict:
     check = check_source(job.text, settings.language)
     if check.status:
         return Verdict.of(job, settings, check.status, evidence=Evidence(stage="parse", cause=check.cause))
+    if check.kernel_free:
+        return Verdict.of(job, settings, Status.CHEAT, evidence=Evidence(
+            stage="parse", exploit="no_custom_kernel", cause="cheat: no kernel of its own: the file defines, builds "
+            "and loads none (no load_inline, Triton, CuTe or TileLang kernel; it imports only torch and pure-Python "
+            "modules), so forward() can run only PyTorch ops; read from the code before anything ran"))
     if check.needs_cuda and settings.device != "cuda":
         return Verdict.of(job, settings, Status.SKIPPED,
                         evidence=Evidence(stage="parse", cause="skipped: no CUDA device (the candidate builds or uses CUDA code)"))
