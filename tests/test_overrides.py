@@ -113,19 +113,25 @@ for _ in range(5):
     start = time.perf_counter()
     seen.changed()
     checks.append(time.perf_counter() - start)
-print(json.dumps({"snapshot": snapshot, "check": min(checks), "operators": len(seen._ops)}))
+work = []
+for _ in range(5):  # a fixed amount of plain Python work, timed the same way: how fast this machine is right now
+    start = time.perf_counter()
+    sum(i * i for i in range(1_000_000))
+    work.append(time.perf_counter() - start)
+print(json.dumps({"snapshot": snapshot, "check": min(checks), "work": min(work), "operators": len(seen._ops)}))
 """
 
 
 def test_a_check_costs_tens_of_milliseconds():
     """It runs after import, __init__ and each stage: six times per candidate process (~50 ms each here, 2 cores
-    shared; the least of five is taken, as other work on the machine only adds)."""
+    shared; the least of five is taken, as other work on the machine only adds). Measured against a fixed piece of
+    Python work timed the same way (~40 ms on a quiet core), so a loaded machine slows both alike."""
     ran = subprocess.run([sys.executable, "-c", _COST], cwd=ROOT, capture_output=True, text=True, timeout=300,
                          check=True)
     cost = json.loads(ran.stdout)
     print(cost)
     assert cost["operators"] > 3000  # every namespace, not ATen alone
-    assert cost["check"] < 0.1 and cost["snapshot"] < 0.2, cost
+    assert cost["check"] < 3 * cost["work"] and cost["snapshot"] < 6 * cost["work"], cost
 
 
 _GUARDED = """
