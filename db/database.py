@@ -240,12 +240,15 @@ class Database(Standings, Runs, ArchiveCells):
             return row.id
 
     @guarded
-    def find_evaluation(self, solution_sha256: str, device_name: str, size: str) -> EvaluationRow | None:
-        """The latest verdict for this code on this device: lets callers skip re-evaluating."""
+    def find_evaluation(self, solution_sha256: str, device_name: str, size: str, *,
+                        precision: str = "fp32") -> EvaluationRow | None:
+        """The latest verdict for this code on this device and size at this precision: lets callers skip
+        re-evaluating."""
         sol_id = select(Solution.id).where(Solution.sha256 == solution_sha256).scalar_subquery()
         stmt = (
             select(Evaluation)
-            .where(Evaluation.solution_id == sol_id, Evaluation.device_name == device_name, Evaluation.size == size)
+            .where(Evaluation.solution_id == sol_id, Evaluation.device_name == device_name, Evaluation.size == size,
+                   Evaluation.precision == precision)
             .order_by(*_NEWEST_EVAL)
             .limit(1)
         )

@@ -91,7 +91,7 @@ class Solution(Base):
 
 
 class Evaluation(Base):
-    """One verdict of the evaluator for one solution on one device and size."""
+    """One verdict of the evaluator for one solution on one device and size, at one precision."""
 
     __tablename__ = "evaluations"
     __table_args__ = (Index("ix_evaluations_lookup", "solution_id", "device_name", "size"),)
@@ -104,6 +104,7 @@ class Evaluation(Base):
     device: Mapped[str]  # "cpu" or "cuda"
     device_name: Mapped[str] = mapped_column(default="")
     size: Mapped[str] = mapped_column(default="full")  # "full" or "small"
+    precision: Mapped[str] = mapped_column(default="fp32", server_default="fp32")  # "fp32", "fp16" or "bf16"
     candidate_ms: Mapped[float | None]
     candidate_std_ms: Mapped[float | None]
     reference_ms: Mapped[float | None]
@@ -120,7 +121,7 @@ class Evaluation(Base):
 
 
 class EvaluationTally(Base):
-    """How many evaluations one problem has per device, size and status, and the best correct one among them.
+    """How many evaluations one problem has per device, size, precision and status, and the best correct one among them.
     Database.add_evaluation keeps it in step in the same transaction, so the leaderboard, fast_p and geomean read a
     few rows per problem instead of aggregating every evaluation (1M rows took seconds)."""
 
@@ -129,6 +130,7 @@ class EvaluationTally(Base):
     problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
     device_name: Mapped[str] = mapped_column(primary_key=True)
     size: Mapped[str] = mapped_column(primary_key=True)
+    precision: Mapped[str] = mapped_column(primary_key=True, server_default="fp32")
     status: Mapped[str] = mapped_column(primary_key=True)
     n: Mapped[int]
     best_id: Mapped[int | None] = mapped_column(ForeignKey("evaluations.id"))  # see database._RANKED and _BEST
@@ -151,13 +153,14 @@ class Run(Base):
 
 class ArchiveCell(Base):
     """One cell of a problem's program archive: per island, the elite (fastest correct) solution of one MAP-Elites
-    cell on one device and size; migrated_from names the island it was copied from, if it came by migration."""
+    cell on one device and size, at one precision; migrated_from names the island it was copied from, if it came by migration."""
 
     __tablename__ = "archive_cells"
 
     problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
     device_name: Mapped[str] = mapped_column(primary_key=True)
     size: Mapped[str] = mapped_column(primary_key=True)
+    precision: Mapped[str] = mapped_column(primary_key=True, server_default="fp32")
     island: Mapped[int] = mapped_column(primary_key=True)
     cell: Mapped[str] = mapped_column(primary_key=True)
     solution_id: Mapped[int] = mapped_column(ForeignKey("solutions.id"))

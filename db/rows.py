@@ -59,6 +59,7 @@ class EvaluationRow(_Row):
     device: str
     device_name: str
     size: str
+    precision: str = "fp32"
     candidate_ms: float | None
     candidate_std_ms: float | None
     reference_ms: float | None
@@ -86,6 +87,7 @@ class LeaderRow(_Row):
     best_model: str | None = None
     best_device_name: str | None = None
     best_size: str | None = None
+    best_precision: str | None = None
     candidate_ms: float | None = None
     reference_ms: float | None = None
     speedup_vs_compile: float | None = None
@@ -153,6 +155,7 @@ class ArchiveRow(_Row):
     problem: str
     device_name: str
     size: str
+    precision: str = "fp32"
     island: int
     cell: str
     solution_sha256: str
@@ -188,7 +191,7 @@ def generation_row(gen: Generation) -> GenerationRow:
 
 
 def archive_row(cell: ArchiveCell) -> ArchiveRow:
-    cols = {k: getattr(cell, k) for k in ("device_name", "size", "island", "cell", "speedup", "migrated_from", "updated_at")}
+    cols = {k: getattr(cell, k) for k in ("device_name", "size", "precision", "island", "cell", "speedup", "migrated_from", "updated_at")}
     return ArchiveRow(problem=cell.solution.problem.name, solution_sha256=cell.solution.sha256, **cols)
 
 
@@ -211,6 +214,7 @@ def leader_row(problem: Problem, n_solutions: int, counts: dict[str, int], best:
             best_model=sol.model,
             best_device_name=best.device_name,
             best_size=best.size,
+            best_precision=best.precision,
             candidate_ms=best.candidate_ms,
             reference_ms=best.reference_ms,
             speedup_vs_compile=best.speedup_vs_compile,

@@ -1,5 +1,5 @@
 """Standings: each problem's best correct speedup and its counts by status, kept per (problem, device, size,
-status) in EvaluationTally as evaluations are stored, and the aggregates read from it (leaderboard, fast_p over
+precision, status) in EvaluationTally as evaluations are stored, and the aggregates read from it (leaderboard, fast_p over
 problems, geomean; their formulas are in db.metrics). A mixin of Database: it needs only `session()` and `url`."""
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ def problem_id_of(problem: str) -> Any:
     return select(Problem.id).where(Problem.name == problem).scalar_subquery()
 
 
-def _tally_filters(problem: str | None, device_name: str | None, size: str | None) -> list[ColumnElement[bool]]:
+def _tally_filters(problem: str | None, device_name: str | None, size: str | None,
+                  precision: str | None) -> list[ColumnElement[bool]]:
     """WHERE clauses shared by the aggregate queries, which all read EvaluationTally."""
     where: list[ColumnElement[bool]] = []
     if problem is not None:
@@ -31,6 +32,8 @@ def _tally_filters(problem: str | None, device_name: str | None, size: str | Non
         where.append(EvaluationTally.device_name == device_name)
     if size is not None:
         where.append(EvaluationTally.size == size)
+    if precision is not None:
+        where.append(EvaluationTally.precision == precision)
     return where
 
 
@@ -42,9 +45,10 @@ def tally(s: Session, problem_id: int, ev: Evaluation) -> None:
     """Counts a new evaluation in its tally and keeps the tally's best. FOR UPDATE makes concurrent writers to one
     tally queue on PostgreSQL instead of losing counts (SQLite writers queue at BEGIN IMMEDIATE already); two first
     writers both inserting the tally make one fail on its primary key, and retry_on_conflict runs it again."""
-    tally = s.get(EvaluationTally, (problem_id, ev.device_name, ev.size, ev.status), with_for_update=True)
+    key = dict(problem_id=problem_id, device_name=ev.device_name, size=ev.size, precision=ev.precision, status=ev.status)
+    tally = s.get(EvaluationTally, key, with_for_update=True)
     if tally is None:
-        tally = EvaluationTally(problem_id=problem_id, device_name=ev.device_name, size=ev.size, status=ev.status, n=0)
+        tally = EvaluationTally(**key, n=0)
         s.add(tally)
     tally.n += 1
     rivals = [i for i in (tally.best_id, ev.id) if i is not None]
@@ -87,11 +91,12 @@ class Standings:
 
     @guarded
     def leaderboard(
-        self, problem: str | None = None, *, device_name: str | None = None, size: str | None = None
+        self, problem: str | None = None, *, device_name: str | None = None, size: str | None = None,
+        precision: str | None = None,
     ) -> list[LeaderRow]:
         """One row per problem that has solutions, by level then name: best correct speedup over
         all matching evaluations, evaluation counts by status, and the number of solutions."""
-        where = _tally_filters(problem, device_name, size)
+        where = _tally_filters(problem, device_name, size, precision)
         stmt = select(Problem, func.count(Solution.id)).join(Solution, Solution.problem_id == Problem.id)
         if problem is not None:
             stmt = stmt.where(Problem.name == problem)
@@ -114,29 +119,36 @@ class Standings:
         *,
         device_name: str | None = None,
         size: str | None = None,
+        precision: str | None = None,
     ) -> dict[float, float]:
         """fast_p over problems (best-of-k, db.metrics): the fraction of evaluated problems whose best correct
         solution has speedup > p. Correct runs without a timed speedup do not count. {} if nothing is evaluated."""
-        n, best = self._best_speedups(_tally_filters(problem, device_name, size))
+        n, best = self._best_speedups(_tally_filters(problem, device_name, size, precision))
         return fast_p(best, n, thresholds)
 
     @guarded
     def geomean_speedup(
-        self, problem: str | None = None, *, device_name: str | None = None, size: str | None = None
+        self, problem: str | None = None, *, device_name: str | None = None, size: str | None = None,
+        precision: str | None = None,
     ) -> float | None:
         """Geometric mean of the per-problem best correct speedups; None when there are none."""
-        return geomean(self._best_speedups(_tally_filters(problem, device_name, size))[1])
+        return geomean(self._best_speedups(_tally_filters(problem, device_name, size, precision))[1])
 
     @guarded
-    def latest_verdicts(self, problem: str | None = None, level: int | None = None) -> list[tuple[str, float | None]]:
-        """(status, speedup) of the latest stored evaluation of each solution on each device and size, however often
-        it was rerun (ids grow as rows are stored). Reads one index entry per evaluation (~0.6 s for 1M on SQLite)."""
+    def latest_verdicts(self, problem: str | None = None, level: int | None = None,
+                        precision: str | None = None) -> list[tuple[str, float | None]]:
+        """(status, speedup) of the latest stored evaluation of each solution on each device and size (at
+        `precision`, or at each), however often it was rerun (ids grow as rows are stored). Reads one index entry
+        per evaluation (~0.6 s for 1M on SQLite)."""
         latest = select(func.max(Evaluation.id).label("id"))
+        if precision is not None:
+            latest = latest.where(Evaluation.precision == precision)
         if problem is not None or level is not None:
             latest = latest.join(Solution, Evaluation.solution_id == Solution.id).join(Problem, Solution.problem_id == Problem.id)
             latest = latest.where(*([Problem.name == problem] if problem is not None else []),
                                   *([Problem.level == level] if level is not None else []))
-        latest = latest.group_by(Evaluation.solution_id, Evaluation.device_name, Evaluation.size).subquery()
+        latest = latest.group_by(Evaluation.solution_id, Evaluation.device_name, Evaluation.size,
+                                 Evaluation.precision).subquery()
         stmt = select(Evaluation.status, Evaluation.speedup).join(latest, Evaluation.id == latest.c.id)
         with self.session() as s, s.begin():
             return [(status, speedup) for status, speedup in s.execute(stmt)]

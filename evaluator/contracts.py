@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, computed_field, model_validator
 
 from evaluator.hardware import device_name
 from evaluator.languages import Language, language_of
+from evaluator.protocol import Precision
 from reference_problems import Problem
 
 if TYPE_CHECKING:
@@ -65,6 +66,19 @@ class Limits(BaseModel):
     processes: int = 4096  # tasks (threads count) in one child's cgroup: a fork bomb is refused (evaluator/sandbox/cgroups.py)
 
 
+HALF_TOLERANCE = 1e-2  # KernelBench's atol and rtol at fp16 and bf16 (torchbench's looser half-precision value)
+DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # as torch names them
+
+
+def tolerance(problem: Problem, precision: Precision) -> tuple[float, float]:
+    """(atol, rtol) outputs are held to: the problem's own at fp32; at half precision KernelBench's 1e-2, or the
+    problem's where it declares more (a half-precision result cannot meet an fp32 tolerance)."""
+    atol, rtol = problem.meta.atol, problem.meta.rtol
+    if precision == "fp32":
+        return atol, rtol
+    return max(atol, HALF_TOLERANCE), max(rtol, HALF_TOLERANCE)
+
+
 class EvalSettings(BaseModel):
     """How to evaluate: shared by every candidate of a batch."""
 
@@ -88,6 +102,10 @@ class EvalSettings(BaseModel):
     sandbox: str = "strict"  # strict: refuse to run when a sandbox layer is missing; warn: run and say so
     gpus: list[str] | None = None  # CUDA devices (ids as CUDA_VISIBLE_DEVICES names them) to spread runs over; None: all visible
     language: Language | None = None  # the kernel language every candidate is judged as (--backend); None: read from each one's code
+    precision: Precision = "fp32"  # KernelBench's: the dtype floating-point inputs and both models are cast to
+
+    def tolerance(self, problem: Problem) -> tuple[float, float]:
+        return tolerance(problem, self.precision)
 
     def language_of(self, source: str) -> Language | None:
         """The language a candidate is judged as in this batch."""
@@ -201,6 +219,9 @@ class Evidence(BaseModel):
     mismatch: Mismatch | None = None
     max_abs_err: float | None = None
     tolerance_used: float | None = None  # max |got - exp| / (atol + rtol * |exp|) over all checks: 1.0 is the limit
+    precision: Precision | None = None  # the dtype the inputs and models were cast to (EvalSettings.precision)
+    atol: float | None = None  # the tolerance outputs were held to at that precision (EvalSettings.tolerance)
+    rtol: float | None = None
     exploit: str = ""  # for `cheat`: which reward hack was caught (e.g. no_custom_kernel, stale_output)
     language: Language | None = None  # the kernel language judged (evaluator/languages.py); None: none found
     leaked_bytes: dict[str, int] = Field(default_factory=dict)
@@ -228,6 +249,7 @@ class Verdict(BaseModel):
     device: str
     device_name: str = ""
     size: str = "full"
+    precision: Precision = "fp32"
     evidence: Evidence = Field(default_factory=Evidence)
     candidate: TimingStats | None = None
     reference: TimingStats | None = None
@@ -244,16 +266,19 @@ class Verdict(BaseModel):
 
     @classmethod
     def of(cls, job: CandidateJob, settings: EvalSettings, status: Status, **kw: Any) -> Verdict:
-        """A fresh verdict on `job`, stamped with what it was judged on (device, size, torch and CUDA versions): the
-        evaluator's, and the one a caller reaches without it (an answer with no code to run)."""
+        """A fresh verdict on `job`, stamped with what it was judged on (device, size, precision and its tolerance,
+        torch and CUDA versions): the evaluator's, and the one a caller reaches without it (an answer with no code
+        to run)."""
         import torch  # here: the contracts load without torch
 
         kw.setdefault("device_name", device_name(settings.device))
         evidence = kw.setdefault("evidence", Evidence())
         evidence.language = evidence.language or settings.language_of(job.text)
+        evidence.precision = settings.precision
+        evidence.atol, evidence.rtol = settings.tolerance(job.problem)
         return cls(status=status, problem=job.problem.name, solution_sha256=job.sha256, solution_path=str(job.path),
-                   device=settings.device, size=settings.size, torch_version=torch.__version__,
-                   cuda_version=torch.version.cuda, **kw)
+                   device=settings.device, size=settings.size, precision=settings.precision,
+                   torch_version=torch.__version__, cuda_version=torch.version.cuda, **kw)
 
     @classmethod
     def from_row(cls, row: EvaluationRow) -> Verdict:
@@ -261,7 +286,7 @@ class Verdict(BaseModel):
         stats = {k: TimingStats.model_validate(v) for k, v in row.timings.items()}
         return cls(status=Status(row.status), problem=row.problem, solution_sha256=row.solution_sha256,
                    solution_path=row.solution_path, device=row.device, device_name=row.device_name, size=row.size,
-                   evidence=Evidence.model_validate(row.evidence), speedup=row.speedup,
+                   precision=row.precision, evidence=Evidence.model_validate(row.evidence), speedup=row.speedup,
                    speedup_vs_compile=row.speedup_vs_compile, torch_version=row.torch_version,
                    cuda_version=row.cuda_version, wall_s=row.wall_s, **stats)
 

@@ -20,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 # (evaluator/child/main.py, _warm_cuda).
 WARM_GPU = "KFORGE_WARM_GPU"
 
+# KernelBench's precisions: the dtype a child casts floating-point inputs and models to (evaluator/child/trials.py)
+Precision = Literal["fp32", "fp16", "bf16"]
+
 
 class _Line(BaseModel):
     """Lines kforge writes itself: a field it does not know is a bug on one side, caught at once."""
@@ -54,6 +57,7 @@ class _RunRequest(_Line):
     compile_baseline: bool
     cpu_threads: int
     timing: TimingRequest
+    precision: Precision
     gpu: str | None = None  # added when the request goes out: the device the child pins itself to
     language: str | None = None  # the candidate's kernel language when overridden (--backend); None: read from its code
 
@@ -91,6 +95,7 @@ class IntrospectRequest(_Line):
     role: Literal["introspect"] = "introspect"
     problem_paths: list[str]
     overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    precision: Precision = "fp32"  # bytes moved are counted at the batch's dtype
     gpu: str | None = None
 
 
@@ -106,6 +111,7 @@ class ProfileRequest(_Line):
     init_seed: int
     input_seed: int
     calls: int = Field(ge=1)
+    precision: Precision
     gpu: str | None = None
 
 

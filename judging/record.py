@@ -50,7 +50,7 @@ def record_verdict(database: Database, verdict: Verdict) -> int:
     return database.add_evaluation(
         verdict.solution_sha256, status=verdict.status.value, cause=verdict.evidence.cause,
         evidence=verdict.evidence.model_dump(mode="json"), device=verdict.device, device_name=verdict.device_name,
-        size=verdict.size, candidate_ms=verdict.candidate.median_ms if verdict.candidate else None,
+        size=verdict.size, precision=verdict.precision, candidate_ms=verdict.candidate.median_ms if verdict.candidate else None,
         candidate_std_ms=verdict.candidate.std_ms if verdict.candidate else None,
         reference_ms=verdict.reference.median_ms if verdict.reference else None,
         compiled_reference_ms=verdict.compiled_reference.median_ms if verdict.compiled_reference else None,

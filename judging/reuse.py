@@ -1,4 +1,5 @@
-"""Which stored verdict stands for a candidate, so that code judged on a device and size is not judged there again:
+"""Which stored verdict stands for a candidate, so that code judged on a device and size at a precision is not judged
+there again (a verdict at another precision never stands for it):
 the latest verdict of the same code, or of any code of the problem with the same normalized form; never one of
 kforge's own failures, which said nothing about the code (Status.reusable). A stored row comes back as a Verdict
 (Verdict.from_row)."""
@@ -20,12 +21,15 @@ def _reusable(row: EvaluationRow | None) -> EvaluationRow | None:
 
 
 def stored_verdict(database: Database, job: CandidateJob, settings: EvalSettings) -> EvaluationRow | None:
-    """The reusable verdict of the job's own code on this device and size."""
-    return _reusable(database.find_evaluation(job.sha256, device_name(settings.device), settings.size))
+    """The reusable verdict of the job's own code on this device and size, at this precision."""
+    return _reusable(database.find_evaluation(job.sha256, device_name(settings.device), settings.size,
+                                              precision=settings.precision))
 
 
 def twin_verdict(database: Database, job: CandidateJob, normalized_sha256: str,
                  settings: EvalSettings) -> EvaluationRow | None:
-    """The reusable verdict, on this device and size, of the problem's code with the same normalized form."""
-    row = database.find_twin_evaluation(job.problem.name, normalized_sha256, device_name(settings.device), settings.size)
+    """The reusable verdict, on this device and size at this precision, of the problem's code with the same
+    normalized form."""
+    row = database.find_twin_evaluation(job.problem.name, normalized_sha256, device_name(settings.device), settings.size,
+                                        precision=settings.precision)
     return _reusable(row)

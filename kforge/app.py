@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.console import Console
 
-from evaluator.contracts import EvalSettings, EvaluatorError, Limits
+from evaluator.contracts import DTYPE_NAMES, EvalSettings, EvaluatorError, Limits
 from evaluator.hardware import auto_device
 from evaluator.languages import language_of
 from evaluator.parent import leases
@@ -66,6 +66,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")]
 SizeOpt = Annotated[str, typer.Option("--size", help="full, small, or auto (small on CPU, full on CUDA)")]
 ProblemOpt = Annotated[Optional[str], typer.Option("--problem", "-p", help="registered name or path to a KernelBench .py")]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32, fp16 or bf16: the dtype floating-point inputs "
+                                            "and both models are cast to, with KernelBench's tolerance for it")]
 BackendOpt = Annotated[Optional[str], typer.Option("--backend", help="the kernel language candidates are judged as: cuda, "
                                                    "cpp, triton, cute or tilelang (default: read from each one's code)")]
 
@@ -118,8 +120,14 @@ def resolve_size(size: str, device: str) -> str:
     return size
 
 
+def resolve_precision(precision: str) -> str:
+    if precision not in DTYPE_NAMES:
+        raise UserError(f"--precision must be fp32, fp16 or bf16, not '{precision}'")
+    return precision
+
+
 def eval_settings(device: str | None, size: str, jobs: int | None = None, compile_baseline: bool = False,
-                  gpus: str | None = None, backend: str | None = None) -> EvalSettings:
+                  gpus: str | None = None, backend: str | None = None, precision: str = "fp32") -> EvalSettings:
     cfg = Settings()
     try:
         language = language_of("", backend) if backend else None
@@ -134,7 +142,7 @@ def eval_settings(device: str | None, size: str, jobs: int | None = None, compil
     limits = Limits(**{k: v for k, v in (("timeout_s", cfg.timeout_s), ("memory_mb", cfg.memory_mb)) if v is not None})
     return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root,
                         compile_baseline=compile_baseline, gpus=gpus.split(",") if gpus else None, sandbox=sandbox_mode(),
-                        language=language)
+                        language=language, precision=resolve_precision(precision))
 
 
 def say_compile_plan(settings: EvalSettings) -> None:

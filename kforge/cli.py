@@ -22,8 +22,9 @@ from kforge import kernelbench, tables
 from kforge.progress import BatchProgress
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
 
-from kforge.app import (BackendOpt, DbOpt, DeviceOpt, JsonOpt, ProblemOpt, SizeOpt, UserError, app, err, eval_settings, friendly,
-                        open_db, out, problems_dir, resolve_size, say_compile_plan)
+from kforge.app import (BackendOpt, DbOpt, DeviceOpt, JsonOpt, PrecisionOpt, ProblemOpt, SizeOpt, UserError, app, err,
+                        eval_settings, friendly, open_db, out, problems_dir, resolve_precision, resolve_size,
+                        say_compile_plan)
 
 if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands that use them, not at start-up
     from db import Database
@@ -70,7 +71,7 @@ def verdict_line(judged: Judged) -> dict:
             "problem": v.problem, "solution_sha256": v.solution_sha256, "path": v.solution_path,
             "cause": v.evidence.cause, "hint": v.evidence.hint, "candidate_ms": v.candidate.median_ms if v.candidate else None,
             "reference_ms": v.reference.median_ms if v.reference else None, "device_name": v.device_name,
-            "size": v.size, "evaluation_id": judged.evaluation_id, "reused": judged.reused}
+            "size": v.size, "precision": v.precision, "evaluation_id": judged.evaluation_id, "reused": judged.reused}
 
 
 def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSettings, rerun: bool, progress: bool,
@@ -151,10 +152,11 @@ def prompt(problem: Annotated[str, typer.Argument(help="registered name or path"
 @friendly
 def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining ModelNew")], problem: ProblemOpt = None,
            device: DeviceOpt = None, size: SizeOpt = "auto", rerun: Annotated[bool, typer.Option("--rerun")] = False,
-           db: DbOpt = None, as_json: JsonOpt = False, backend: BackendOpt = None) -> None:
+           db: DbOpt = None, as_json: JsonOpt = False, backend: BackendOpt = None,
+           precision: PrecisionOpt = "fp32") -> None:
     """Evaluate one candidate file and store the verdict."""
     path, raw = candidate_file(file)
-    settings = eval_settings(device, size, backend=backend)
+    settings = eval_settings(device, size, backend=backend, precision=precision)
     check = check_source(raw.decode(), settings.language)
     if check.status is Status.INVALID:
         raise UserError(f"{path.name}: {check.cause}: not a kforge candidate")
@@ -196,12 +198,12 @@ def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/
                  gpus: Annotated[Optional[str], typer.Option(help="CUDA devices to use, e.g. 0,1 (default: every visible one)")] = None,
                  runner: Annotated[str, typer.Option(help="local, or ray (one task per candidate on a Ray cluster)")] = "local",
                  address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local one)")] = None,
-                 backend: BackendOpt = None) -> None:
+                 backend: BackendOpt = None, precision: PrecisionOpt = "fp32") -> None:
     """Evaluate every candidate in a directory (solutions/<problem>/<name>.py, or a KernelBench run directory of
     level_L_problem_P_sample_S_kernel.py files). Exit 1 if a problem's reference failed (its candidates are
     reference_error), 2 on bad input."""
     candidates = collect(directory, problem)
-    settings = eval_settings(device, size, jobs, compile_baseline, gpus, backend)
+    settings = eval_settings(device, size, jobs, compile_baseline, gpus, backend, precision)
     run = runner_for(runner, address)
     emit(run_jobs(open_db(db), candidates, settings, rerun, progress=not as_json, backend=run), as_json)
 
@@ -210,18 +212,22 @@ def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/
 @friendly
 def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt = False,
                 as_csv: Annotated[bool, typer.Option("--csv")] = False,
-                level: Annotated[Optional[int], typer.Option("--level", help="only problems of this level")] = None) -> None:
+                level: Annotated[Optional[int], typer.Option("--level", help="only problems of this level")] = None,
+                precision: PrecisionOpt = "fp32") -> None:
     """Best correct speedup per problem, fast_p and the geometric-mean speedup of the per-problem bests.
 
     fast_p is KernelBench's: of ALL evaluated samples, the fraction that are correct AND have speedup > p over eager
     PyTorch. A sample is a stored solution on one device and size, judged by its latest evaluation; `skipped` ones
-    never ran and do not count. Published numbers are per level: compare with --level."""
+    never ran and do not count. Published numbers are per level: compare with --level. One precision per board:
+    results at fp32 and at half precision are never ranked together."""
     database = open_db(db)
+    precision = resolve_precision(precision)
     name = resolve_problem(problem, problems_dir()).name if problem else None
-    rows = [r.model_dump(mode="json") for r in database.leaderboard(name) if level is None or r.level == level]
-    fast, samples = kernelbench.fast_p(database, problem=name, level=level)
+    rows = [r.model_dump(mode="json") for r in database.leaderboard(name, precision=precision)
+            if level is None or r.level == level]
+    fast, samples = kernelbench.fast_p(database, problem=name, level=level, precision=precision)
     geomean = metrics.geomean(r["best_speedup"] for r in rows if r["best_speedup"])
-    summary = {"fast_p": fast, "samples": samples, "geomean_speedup": geomean}
+    summary = {"precision": precision, "fast_p": fast, "samples": samples, "geomean_speedup": geomean}
     if as_json:
         print(json.dumps({"problems": rows, **summary}, indent=1))
     elif as_csv:
@@ -229,7 +235,7 @@ def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt =
         writer.writeheader()
         writer.writerows({k: json.dumps(v) if isinstance(v, dict) else v for k, v in r.items()} for r in rows)
     else:
-        out.print(tables.leaderboard(rows, out.width))
+        out.print(tables.leaderboard(rows, out.width, precision))
         fast = "  ".join(f"fast_{p:g}={v:.2f}" for p, v in fast.items()) + f" (KernelBench's, over {samples} samples)"
         out.print(f"{fast if samples else 'no evaluated samples'}  geomean speedup={tables.fmt(geomean)}")
 

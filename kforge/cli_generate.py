@@ -27,7 +27,8 @@ from pipeline.llm import LLMError, LLMSettings, OpenAIChat, Provider
 from pipeline.loop import DEFAULT_OUT, Candidate, Loop, RunConfig, RunResult
 from pipeline.replay import ReplayProvider
 from pipeline.retrieval import RetrievalConfig
-from kforge.app import UserError, eval_settings, open_db, problems_dir, say_compile_plan
+from kforge.app import (PrecisionOpt, UserError, eval_settings, open_db, problems_dir, resolve_precision,
+                        say_compile_plan)
 from kforge.settings import LLMEnv
 from reference_problems import Problem, ProblemError, resolve_problem
 
@@ -87,6 +88,7 @@ class GenerateOptions:
     device: Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")] = None
     size: Annotated[str, typer.Option("--size", help="full, small, or auto (small on CPU, full on CUDA)")] = "auto"
     backend: Annotated[Optional[str], typer.Option("--backend", help="the kernel language answers are judged as: cuda, cpp, triton, cute or tilelang (default: read from each one's code)")] = None
+    precision: PrecisionOpt = "fp32"
     db_url: Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")] = None
     json_out: Annotated[bool, typer.Option("--json", help="one JSON object per candidate")] = False
     out_dir: Annotated[Path, typer.Option("--out", help="where candidate files are written")] = DEFAULT_OUT
@@ -153,7 +155,7 @@ def _spec(o: GenerateOptions, budget: Budget | None) -> runs.RunSpec:
     models = list(dict.fromkeys(o.model or []))
     return runs.RunSpec(problems=_names(o.problem), model=models[0] if models else None, models=models[1:],
                         base_url=o.base_url, replay=str(o.replay) if o.replay else None, device=o.device or "",
-                        size=o.size, backend=o.backend, config=config)
+                        size=o.size, backend=o.backend, precision=resolve_precision(o.precision), config=config)
 
 
 def _summarize(database: Database, run_id: int, results: list[RunResult], json_out: bool) -> None:
@@ -213,7 +215,7 @@ def _prepare(spec: runs.RunSpec, prices: Path | None) -> tuple[list[Problem], li
     errors)."""
     problems = [resolve_problem(name, problems_dir()) for name in spec.problems]
     llm = _llm_settings(spec, prices)
-    settings = eval_settings(spec.device or None, spec.size, backend=spec.backend)
+    settings = eval_settings(spec.device or None, spec.size, backend=spec.backend, precision=spec.precision)
     if spec.replay:
         models = [spec.model or "replay", *spec.models]
         return problems, [ReplayProvider(Path(spec.replay), model=m) for m in models], llm, settings

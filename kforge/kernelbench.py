@@ -85,12 +85,14 @@ def submission(job: CandidateJob) -> Submission:
 
 
 def fast_p(database: Database, thresholds: Iterable[float] = metrics.FAST_P, problem: str | None = None,
-           level: int | None = None) -> tuple[dict[float, float], int]:
+           level: int | None = None, precision: str | None = None) -> tuple[dict[float, float], int]:
     """KernelBench's fast_p: of ALL evaluated samples, the fraction that are correct AND have speedup > p
     (db.metrics.fast_p over samples). Returns ({p: fraction}, n); ({}, 0) when nothing is evaluated. A sample is a
-    stored solution on one device and size, judged by its latest stored evaluation (reruns do not count twice); a
+    stored solution on one device and size (at `precision`, or at each), judged by its latest stored evaluation
+    (reruns do not count twice); a
     verdict that did not judge the code (Status.judged: `skipped`, kforge's own failure) is no evaluated sample.
     Identical code is stored once, so two samples with the same source count once."""
-    judged = [(status, speedup) for status, speedup in database.latest_verdicts(problem, level) if Status(status).judged]
+    judged = [(status, speedup) for status, speedup in database.latest_verdicts(problem, level, precision)
+              if Status(status).judged]
     speedups = [speedup for status, speedup in judged if status == Status.CORRECT and speedup is not None]
     return metrics.fast_p(speedups, len(judged), thresholds), len(judged)

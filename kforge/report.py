@@ -1,7 +1,7 @@
 """Static HTML leaderboard: index.html plus one page per candidate, self-contained (inline CSS, script and
 SVG plots), so it can be opened from disk or copied anywhere and viewed without network.
 
-One board per (device, size): speedups measured on different hardware or problem sizes never mix.
+One board per (device, size, precision): speedups measured on different hardware, problem sizes or dtypes never mix.
 """
 
 from __future__ import annotations
@@ -236,10 +236,11 @@ class ModelLine:
 
 @dataclass(frozen=True)
 class Board:
-    """The leaderboard of one device and problem size."""
+    """The leaderboard of one device, problem size and precision."""
 
     device_name: str
     size: str
+    precision: str
     rows: list[tuple[LeaderRow, Achieved | None]]
     fast_p: dict[float, float]
     geomean: float | None
@@ -298,29 +299,32 @@ def _models(runs: list[EvaluationRow]) -> list[ModelLine]:
     return sorted((_model_line(m, rs) for m, rs in by_model.items()), key=lambda m: (-(m.geomean or 0), m.model))
 
 
-def _board(db: Database, device_name: str, size: str, runs: list[EvaluationRow], cost: Costs) -> Board:
-    rows = [r for r in db.leaderboard(device_name=device_name, size=size) if r.n_evaluations]
+def _board(db: Database, key: tuple[str, str, str], runs: list[EvaluationRow], cost: Costs) -> Board:
+    device_name, size, precision = key
+    where = dict(device_name=device_name, size=size, precision=precision)
+    rows = [r for r in db.leaderboard(**where) if r.n_evaluations]
     best = sorted({r.best_speedup for r in rows if r.best_speedup})
     timed = [r.speedup for r in runs if r.status == Status.CORRECT and r.speedup]
     return Board(
         device_name=device_name,
         size=size,
-        rows=[(r, _speed_of_light(cost.get((r.problem, size)), r.candidate_ms, device_name)) for r in rows],
-        fast_p=db.problem_fast_p(metrics.FAST_P, device_name=device_name, size=size),
-        geomean=db.geomean_speedup(device_name=device_name, size=size),
+        precision=precision,
+        rows=[(r, _speed_of_light(cost.get((r.problem, size, precision)), r.candidate_ms, device_name)) for r in rows],
+        fast_p=db.problem_fast_p(metrics.FAST_P, **where),
+        geomean=db.geomean_speedup(**where),
         models=_models(runs),
-        curve=fast_p_chart(db.problem_fast_p([0.0, *best], device_name=device_name, size=size), best[-1] * 1.05) if best else None,
+        curve=fast_p_chart(db.problem_fast_p([0.0, *best], **where), best[-1] * 1.05) if best else None,
         histogram=histogram_chart(timed) if timed else None,
     )
 
 
 def _boards(db: Database, runs: list[EvaluationRow], cost: Costs) -> list[Board]:
-    """Full-size boards first: they are the ones that matter."""
-    groups: dict[tuple[str, str], list[EvaluationRow]] = defaultdict(list)
+    """One board per device, size and precision; full-size fp32 boards first: they are the ones that matter."""
+    groups: dict[tuple[str, str, str], list[EvaluationRow]] = defaultdict(list)
     for r in runs:
-        groups[(r.device_name, r.size)].append(r)
-    keys = sorted(groups, key=lambda k: (k[1] != "full", k[0]))
-    return [_board(db, name, size, groups[(name, size)], cost) for name, size in keys]
+        groups[(r.device_name, r.size, r.precision)].append(r)
+    keys = sorted(groups, key=lambda k: (k[1] != "full", k[2] != "fp32", k[0], k[2]))
+    return [_board(db, key, groups[key], cost) for key in keys]
 
 
 def _candidates(db: Database, solutions: list[SolutionRow], runs: list[EvaluationRow], cost: Costs) -> list[Candidate]:
@@ -330,7 +334,7 @@ def _candidates(db: Database, solutions: list[SolutionRow], runs: list[Evaluatio
         if s.parent_sha256:
             children[s.parent_sha256].append(s)
     for r in runs:
-        sol = _speed_of_light(cost.get((r.problem, r.size)), r.candidate_ms, r.device_name) if r.status == Status.CORRECT else None
+        sol = _speed_of_light(cost.get((r.problem, r.size, r.precision)), r.candidate_ms, r.device_name) if r.status == Status.CORRECT else None
         runs_of[r.solution_sha256].append(Run(r, sol))
     return [Candidate(s, runs_of[s.sha256], db.solution_lineage(s.sha256)[1:], children[s.sha256]) for s in solutions]
 

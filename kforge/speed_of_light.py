@@ -21,7 +21,7 @@ class Cost(NamedTuple):
     flops: int | None = None
 
 
-Costs = dict[tuple[str, str], Cost]  # (problem, size) -> its figures
+Costs = dict[tuple[str, str, str], Cost]  # (problem, size, precision) -> its figures
 
 
 class Achieved(NamedTuple):
@@ -50,11 +50,11 @@ def stored_cost(row: EvaluationRow) -> Cost | None:
 
 
 def costs(runs: list[EvaluationRow]) -> Costs:
-    """Per (problem, size): the figures of the newest of `runs` (newest first, as Database.evaluations gives them)
-    whose verdict holds them. A call's bytes and FLOPs follow from its shapes alone, so they stand for every
-    device's runs of that size."""
+    """Per (problem, size, precision): the figures of the newest of `runs` (newest first, as Database.evaluations
+    gives them) whose verdict holds them. A call's bytes and FLOPs follow from its shapes and dtypes alone, so they
+    stand for every device's runs of that size and precision."""
     found: Costs = {}
     for row in runs:
-        if (key := (row.problem, row.size)) not in found and (cost := stored_cost(row)) is not None:
+        if (key := (row.problem, row.size, row.precision)) not in found and (cost := stored_cost(row)) is not None:
             found[key] = cost
     return found

@@ -84,11 +84,11 @@ def results(lines: list[dict]) -> Group:
     return Group(table, *notes)
 
 
-def leaderboard(rows: list[dict], width: int) -> Table:
-    """Per problem: the best speedup and the statuses seen (one per line); below WIDE columns the times and the
-    compile baseline give way (they are in --json)."""
+def leaderboard(rows: list[dict], width: int, precision: str = "fp32") -> Table:
+    """Per problem: the best speedup and the statuses seen (one per line), at the board's precision (its title);
+    below WIDE columns the times and the compile baseline give way (they are in --json)."""
     wide = width >= WIDE
-    table = _table("kforge leaderboard", "problem / best solution")
+    table = _table(f"kforge leaderboard ({precision})", "problem / best solution")
     _numbers(table, "lvl", "best speedup", *(["vs compile", "cand ms", "ref ms"] if wide else []))
     table.add_column("statuses", no_wrap=True)
     for r in rows:

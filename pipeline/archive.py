@@ -106,14 +106,15 @@ def contrast(members: list[ArchiveRow], exclude: set[str], ratio: float) -> tupl
 
 
 class Archive:
-    """One problem's archive on one device and size."""
+    """One problem's archive on one device and size, at one precision."""
 
-    def __init__(self, database: Database, config: ArchiveConfig, problem: str, device_name: str, size: str) -> None:
-        self.database, self.config = database, config
+    def __init__(self, database: Database, config: ArchiveConfig, problem: str, device_name: str, size: str,
+                 precision: str = "fp32") -> None:
+        self.database, self.config, self.precision = database, config, precision
         self.key = (problem, device_name, size)
 
     def members(self, island: int | None = None) -> list[ArchiveRow]:
-        rows = self.database.archive(*self.key)
+        rows = self.database.archive(*self.key, precision=self.precision)
         return rows if island is None else [r for r in rows if r.island == island]
 
     def choose(self, turn: int, sample: int) -> Pick | None:
@@ -129,7 +130,7 @@ class Archive:
     def place(self, island: int, source: str, solution_sha256: str, speedup: float) -> bool:
         """A correct candidate enters its island's grid if its cell is empty or it beats the cell's elite."""
         cell = cell_of(source, speedup, self.config.speedup_edges)
-        return self.database.place_elite(*self.key, island, cell, solution_sha256, speedup)
+        return self.database.place_elite(*self.key, island, cell, solution_sha256, speedup, precision=self.precision)
 
     def migrate(self) -> list[tuple[int, int, str]]:
         """Each island's fastest elite goes to the next island; (from, to, sha256) of those that took a cell."""
@@ -142,6 +143,6 @@ class Archive:
             best = max(own, key=lambda r: r.speedup)
             target = (island + 1) % self.config.islands
             if self.database.place_elite(*self.key, target, best.cell, best.solution_sha256, best.speedup,
-                                         migrated_from=island):
+                                         migrated_from=island, precision=self.precision):
                 moved.append((island, target, best.solution_sha256))
         return moved

@@ -173,7 +173,7 @@ class Loop:
         if self.config.archive is None:
             return None
         return Archive(self.database, self.config.archive, problem.name, device_name(self.settings.device),
-                       self.settings.size)
+                       self.settings.size, self.settings.precision)
 
     def _slots(self, problem: Problem, turn: int, archive: Archive | None) -> list[Slot]:
         """Who refines what this turn: nothing on turn 0 (shown kernels of similar problems, with retrieval); then
@@ -182,7 +182,7 @@ class Loop:
         islands = {i: island_of(self.config.archive, i) if archive else None for i in samples}
         if turn == 0:
             shown = related(self.database, problem, device_name(self.settings.device), self.settings.size,
-                            self.config.retrieval) if self.config.retrieval else []
+                            self.config.retrieval, precision=self.settings.precision) if self.config.retrieval else []
             return [Slot(sample=i, island=islands[i], related=shown) for i in samples]
         classic = select_parent(self.database, problem, self.settings)
         slots = []
@@ -196,7 +196,8 @@ class Loop:
         """The slot's parent as the archive picked it, with its partner (crossover) or the inspirations and the
         contrastive pair to show."""
         def parent(sha256: str) -> Parent:
-            return parent_of(self.database, problem, self.database.find_evaluation(sha256, *archive.key[1:]))
+            found = self.database.find_evaluation(sha256, *archive.key[1:], precision=archive.precision)
+            return parent_of(self.database, problem, found)
 
         slot.parent, slot.mode = parent(chosen.member.solution_sha256), chosen.mode
         if chosen.partner is not None:
@@ -234,7 +235,7 @@ class Loop:
         return sorted(judged, key=lambda c: c.sample), [e for _, e in sorted(errors)], stopped
 
     def _messages(self, problem: Problem, slot: Slot) -> list[dict]:
-        where = {"target": self._target(), "size": self.settings.size}
+        where = {"target": self._target(), "size": self.settings.size, "precision": self.settings.precision}
         shown_on = slot.parent.verdict.device_name if slot.parent else device_name(self.settings.device)
         if slot.partner:
             return crossover_messages(problem, program_of(slot.parent), program_of(slot.partner), device_name=shown_on,
@@ -353,9 +354,9 @@ class Loop:
         """The best correct speedup of the problem here known before this run began (a resumed run: before its first
         `generate`), which its answers must beat to earn: replayed answers are credited as they were the first time."""
         since = self.database.get_run(self.run_id).created_at if self.run_id is not None else datetime.now(UTC)
-        here = (device_name(self.settings.device), self.settings.size)
+        here = (device_name(self.settings.device), self.settings.size, self.settings.precision)
         return max((r.speedup or 0.0 for r in self.database.evaluations(problem.name) if r.created_at < since
-                    and r.status == Status.CORRECT.value and (r.device_name, r.size) == here), default=0.0)
+                    and r.status == Status.CORRECT.value and (r.device_name, r.size, r.precision) == here), default=0.0)
 
     def _credit(self, drawn: list[Candidate], best: float) -> float:
         """Tell the bandit what each answer earned and cost: a correct one its speedup over the best known for its
@@ -365,7 +366,8 @@ class Loop:
         for c in drawn:
             v = c.verdict
             new = v is not None and v.status is Status.CORRECT and c.duplicate_of is None
-            row = new and c.parent_sha256 and self.database.find_evaluation(c.parent_sha256, v.device_name, v.size)
+            row = new and c.parent_sha256 and self.database.find_evaluation(c.parent_sha256, v.device_name, v.size,
+                                                                            precision=v.precision)
             parent = row.speedup if row and row.status == Status.CORRECT.value else None
             self.bandit.tell(c.arm, c.usage, c.cost_usd, improvement(v.speedup if new else None, max(best, parent or 0.0)))
             best = max(best, v.speedup or 0.0) if new else best

@@ -49,9 +49,11 @@ class Slot(BaseModel):
 
 
 def select_parent(database: Database, problem: Problem, settings: EvalSettings) -> Parent | None:
-    """Refine the fastest correct candidate judged on this device and size; if none is correct, the latest failure."""
+    """Refine the fastest correct candidate judged on this device and size at this precision; if none is correct,
+    the latest failure."""
+    here = (settings.device, settings.size, settings.precision)
     rows = [r for r in database.evaluations(problem.name)
-            if r.device == settings.device and r.size == settings.size and r.status != Status.SKIPPED.value]
+            if (r.device, r.size, r.precision) == here and r.status != Status.SKIPPED.value]
     correct = [r for r in rows if r.status == Status.CORRECT.value]
     chosen = max(correct, key=lambda r: r.speedup or 0.0, default=None) or (rows[0] if rows else None)
     return None if chosen is None else parent_of(database, problem, chosen)

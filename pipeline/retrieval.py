@@ -113,9 +113,9 @@ def _source(path: str) -> str | None:
 
 
 def related(database: Database, problem: Problem, device_name: str, size: str,
-            config: RetrievalConfig) -> list[Example]:
-    """The best verified kernels of the problems most like this one, most similar first."""
-    best = {row.problem: row for row in database.leaderboard(device_name=device_name, size=size)
+            config: RetrievalConfig, precision: str = "fp32") -> list[Example]:
+    """The best verified kernels of the problems most like this one (at the same precision), most similar first."""
+    best = {row.problem: row for row in database.leaderboard(device_name=device_name, size=size, precision=precision)
             if row.problem != problem.name and row.best_sha256 and (row.best_speedup or 0) >= config.min_speedup}
     sources = {p.name: s for p in database.problems() if p.name in best and (s := _source(p.path)) is not None}
     source = problem.source()

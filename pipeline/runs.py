@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from db import Database
+from evaluator.protocol import Precision
 from pipeline.budget import Budget, Meter, Spend
 from pipeline.loop import RunConfig, RunResult
 
@@ -25,6 +26,7 @@ class RunSpec(BaseModel):
     device: str
     size: str
     backend: str | None = None  # the kernel language answers are judged as (--backend); None: read from each one's code
+    precision: Precision = "fp32"  # the dtype inputs and models are cast to (--precision)
     config: RunConfig
 
 

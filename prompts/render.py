@@ -9,7 +9,8 @@ from typing import Literal
 import jinja2
 from pydantic import BaseModel
 
-from evaluator.contracts import Profile, Verdict
+from evaluator.contracts import DTYPE_NAMES, Profile, Verdict, tolerance
+from evaluator.protocol import Precision
 from evaluator.diagnose import error_lines
 from reference_problems import Problem
 
@@ -82,14 +83,16 @@ def render_system(target: Target = "cuda") -> str:
     return ENV.get_template("system.j2").render(lang=LANGUAGE[target]).strip()
 
 
-def render_prompt(problem: Problem, target: Target = "cuda", size: str = "full") -> str:
-    """The first user message: instructions, the one-shot example, the architecture and its tolerance."""
+def render_prompt(problem: Problem, target: Target = "cuda", size: str = "full", precision: Precision = "fp32") -> str:
+    """The first user message: instructions, the one-shot example, the architecture, the dtype its inputs and
+    weights are cast to (below fp32) and the tolerance at that precision."""
     return ENV.get_template("prompt.j2").render(
         problem=problem,
         source=problem.source().rstrip(),
         target=target,
         lang=LANGUAGE[target],
-        tolerance=format_tolerance(problem.meta.atol, problem.meta.rtol),
+        tolerance=format_tolerance(*tolerance(problem, precision)),
+        dtype=DTYPE_NAMES[precision] if precision != "fp32" else None,
         small=problem.meta.small if size == "small" else {},
     ).strip()
 
@@ -141,13 +144,13 @@ def fenced(source: str) -> str:
 
 
 def chat_messages(problem: Problem, history: list[Turn], target: Target = "cuda", size: str = "full",
-                  inspirations: list[Program] | None = None, device_name: str = "",
+                  precision: Precision = "fp32", inspirations: list[Program] | None = None, device_name: str = "",
                   related: list[Example] | None = None, contrast: tuple[Program, Program] | None = None) -> list[dict]:
     """The whole conversation: the prompt (with kernels of similar problems, if any), then per earlier attempt its
     code and the evaluator's feedback; the inspirations and the contrastive pair, if any, follow the last feedback."""
     messages = [
         {"role": "system", "content": render_system(target)},
-        {"role": "user", "content": render_prompt(problem, target, size)},
+        {"role": "user", "content": render_prompt(problem, target, size, precision)},
     ]
     if related:
         messages[-1]["content"] += "\n\n" + render_related(related, device_name)
@@ -162,9 +165,9 @@ def chat_messages(problem: Problem, history: list[Turn], target: Target = "cuda"
 
 
 def crossover_messages(problem: Problem, a: Program, b: Program, target: Target = "cuda", size: str = "full",
-                       device_name: str = "") -> list[dict]:
+                       device_name: str = "", precision: Precision = "fp32") -> list[dict]:
     """The prompt, then a request to combine two kernels: no earlier conversation, both parents stand side by side."""
     return [
         {"role": "system", "content": render_system(target)},
-        {"role": "user", "content": render_prompt(problem, target, size) + "\n\n" + render_crossover(a, b, device_name)},
+        {"role": "user", "content": render_prompt(problem, target, size, precision) + "\n\n" + render_crossover(a, b, device_name)},
     ]

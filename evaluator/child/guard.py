@@ -81,7 +81,8 @@ def _identity(value) -> tuple:
 def _snapshot(space) -> dict[str, tuple]:
     if isinstance(space, type):
         return {k: _identity(v) for k, v in vars(space).items()}
-    return {k: _identity(v) for k, v in vars(space).items() if callable(v) or isinstance(v, types.ModuleType)}
+    return {k: _identity(v) for k, v in vars(space).items()
+            if callable(v) or isinstance(v, (types.ModuleType, torch.dtype))}  # a dtype: the child's precision
 
 
 # torch itself rewraps some functions when torch._dynamo is first imported (e.g. torch.manual_seed), and a

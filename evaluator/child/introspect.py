@@ -10,6 +10,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
+from evaluator.child import trials
 from evaluator.child.loading import load_problem
 from evaluator.protocol import Measured
 
@@ -21,12 +22,14 @@ def countable(inputs: list) -> bool:
 
 
 def measure(path: str, overrides: dict[str, Any]) -> Measured:
-    """Child side: one forward pass of the file's Model on meta tensors, resized by `overrides`; any failure of
-    the file is its answer."""
+    """Child side: one forward pass of the file's Model on meta tensors, resized by `overrides` and cast to the
+    child's precision as a run casts them (trials.cast); any failure of the file is its answer."""
     try:
         with torch.device("meta"):
             problem = load_problem(Path(path), overrides)
-            model, inputs = problem.Model(*problem.get_init_inputs()), problem.get_inputs()
+            model = problem.Model(*map(trials.cast, problem.get_init_inputs()))
+            model = model if trials.dtype is torch.float32 else model.to(dtype=trials.dtype)
+            inputs = [trials.cast(v) for v in problem.get_inputs()]
             with torch.no_grad(), FlopCounterMode(display=False) as counter:
                 outputs = model(*inputs)
         tensors = [*tree_leaves(inputs), *model.parameters(), *model.buffers(), *tree_leaves(outputs)]

@@ -92,6 +92,7 @@ def _serve(chan: stages.Channel, req: Request, confined: bool, requests) -> None
     chan.send(Stage(stage="setup"))  # the request is in: what the child loaded before it is the parent's `start`
     if _own_network() and not isinstance(req, ProfileRequest):
         raise RuntimeError(f"kforge: a {req.role} child must not run in the profile jail (its network is open)")
+    trials.set_precision(req.precision)  # before any problem or candidate code, and before the guard holds it
     if isinstance(req, IntrospectRequest):
         chan.send(_environment("cpu", confined))
         return _run_introspect(chan, req)
@@ -135,7 +136,7 @@ def _serve(chan: stages.Channel, req: Request, confined: bool, requests) -> None
 def _run_profile(chan: stages.Channel, req: ProfileRequest, model, problem) -> None:
     """A warm-up call (module load and first-call setup stay out of the profile), then `calls` forward calls, each
     alone inside the NVTX range `kforge_forward` that ncu is told to profile (--nvtx-include kforge_forward/)."""
-    inputs = trials.make_inputs(problem, req.input_seed, "cuda")
+    inputs = trials.make_inputs(problem, req.input_seed, "cuda")  # cast to the precision, as the model is
     with torch.no_grad():
         model(*inputs)
         torch.cuda.synchronize()

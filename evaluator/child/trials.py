@@ -22,6 +22,25 @@ from evaluator.child.guard import trusted
 _T = torch._C.TensorBase
 OUTPUT_SUFFIX = ".out"  # raw bytes (CPU runs), read back by evaluator.child.correctness.load_outputs in the comparer
 
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}  # KernelBench's precisions
+# This child's precision: set once from its request (set_precision) before any problem or candidate code runs;
+# the guard holds a harness module's dtype values, so a candidate cannot reassign it.
+dtype = torch.float32
+
+
+def set_precision(precision: str) -> None:
+    global dtype
+    dtype = DTYPES[precision]
+
+
+def cast(value):
+    """KernelBench's cast of an input at half precision: a floating-point tensor to the precision's dtype; integer
+    and boolean tensors, and anything not a tensor, as they are. At fp32 nothing is cast: a problem that makes
+    float64 or 8-bit inputs on purpose is judged on them, as before precisions existed."""
+    if dtype is not torch.float32 and isinstance(value, torch.Tensor) and _T.is_floating_point(value):
+        return _T.to(value, dtype)
+    return value
+
 
 def as_tensors(value) -> list:
     """Normalise a forward() result to a list (a tensor, or a tuple/list of them)."""
@@ -75,21 +94,27 @@ def make_inputs(problem: ModuleType, seed: int, device: str, into: list | None =
     """Inputs are created directly on the device, from a seed only the parent knows until now. Not under
     trusted(): that would also switch off the device context (a TorchFunctionMode) and build them on the CPU;
     a mode the candidate left active is caught by the guard, and subclass overrides are off here. With `into`
-    (the tensors of an earlier call), new values are written into those tensors where the problem allows."""
+    (the tensors of an earlier call), new values are written into those tensors where the problem allows. The
+    floating-point ones are cast to the precision here, the one place inputs are made, so a refill makes the same
+    dtype: at half precision they are made in float32 (the same values as the reference's) and cast, and the
+    refill copies them into the half tensors already there (_fits)."""
     with torch._C.DisableTorchFunctionSubclass(), torch._C._DisableTorchDispatch(), torch.device(device):
         torch.manual_seed(seed)
         if into is None:
-            return list(problem.get_inputs())
+            return [cast(v) for v in problem.get_inputs()]
         with _Into(into):
-            return list(problem.get_inputs())
+            return [cast(v) for v in problem.get_inputs()]
 
 
 def build_model(cls: type, problem: ModuleType, seed: int, device: str) -> torch.nn.Module:
-    """Reference and candidate are built under the same seed, so same-shaped parameters get the same values."""
+    """Reference and candidate are built under the same seed, so same-shaped parameters get the same values, and
+    cast to the precision as KernelBench casts both (`.to(device, dtype)`): their init inputs too."""
     torch.manual_seed(seed)
     with torch.device(device):
-        model = cls(*problem.get_init_inputs())
-    return model.to(device).eval() if isinstance(model, torch.nn.Module) else model
+        model = cls(*[cast(v) for v in problem.get_init_inputs()])
+    if not isinstance(model, torch.nn.Module):
+        return model
+    return (model.to(device) if dtype is torch.float32 else model.to(device, dtype)).eval()
 
 
 def describe(value) -> dict:

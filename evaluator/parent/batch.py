@@ -122,10 +122,11 @@ class Batch:
             extra.update(candidate_path=str(candidate.resolve()), language=s.language)
         timing = TimingRequest(enabled=s.timing, warmup_ms=s.warmup_ms, rep_ms=s.rep_ms / self.pairs(role),
                                min_reps=s.min_reps, max_reps=s.max_reps, rel_ci=s.rel_ci, paired=s.paired)
+        atol, rtol = s.tolerance(problem)
         return _REQUESTS[role](
             problem_path=str(problem.path), device=s.device, overrides=problem.overrides(s.size),
-            init_seed=self.init_seed, atol=problem.meta.atol, rtol=problem.meta.rtol, out_dir=str(out_dir),
-            leak_calls=s.leak_calls, compile_baseline=s.compile_baseline, cpu_threads=s.cpu_threads, timing=timing,
+            init_seed=self.init_seed, atol=atol, rtol=rtol, out_dir=str(out_dir), leak_calls=s.leak_calls,
+            compile_baseline=s.compile_baseline, cpu_threads=s.cpu_threads, timing=timing, precision=s.precision,
             **self._secrets(role), **extra,
         )
 

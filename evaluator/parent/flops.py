@@ -34,7 +34,7 @@ class ProblemCosts:
         try:
             introspect(list(problems), sandbox=settings.sandbox, limits=settings.limits, stop=self.batch.stop,
                        overrides={path: p.overrides(settings.size) for path, p in problems.items()},
-                       on_answer=self._heard)
+                       on_answer=self._heard, precision=settings.precision)
         except Exception as exc:  # noqa: BLE001 - no FLOPs is a floor not drawn, never the end of the batch
             _log.warning("no FLOPs counted, so no FLOP floor this batch: %s: %s", type(exc).__name__, exc)
         finally:

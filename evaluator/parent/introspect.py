@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from evaluator.contracts import Limits
 from evaluator.parent.jail_spec import jail_spec, require_layers
-from evaluator.protocol import IntrospectRequest, Measured, misfits
+from evaluator.protocol import IntrospectRequest, Measured, Precision, misfits
 from evaluator.sandbox.results import ChildResult
 from evaluator.sandbox.spawn import Child
 
@@ -32,10 +32,10 @@ PER_FILE_S = 60.0  # a forward on the meta device takes well under a second; a f
 
 def introspect(paths: list[Path], sandbox: str = "strict", limits: Limits | None = None,
                per_file_s: float = PER_FILE_S, overrides: dict[str, dict[str, Any]] | None = None,
-               stop: threading.Event | None = None,
-               on_answer: Callable[[str, Measured], None] | None = None) -> dict[str, Measured]:
+               stop: threading.Event | None = None, on_answer: Callable[[str, Measured], None] | None = None,
+               precision: Precision = "fp32") -> dict[str, Measured]:
     """Each file's measurement, or its error, keyed by its path as given; `overrides` resizes a file (path ->
-    module globals); `on_answer` hears each as it comes. Raises EvaluatorError when a sandbox layer is missing
+    module globals); `on_answer` hears each as it comes; `precision` is the dtype its bytes are counted at. Raises EvaluatorError when a sandbox layer is missing
     in strict mode (nothing runs then)."""
     limits, todo, found = limits or Limits(), [str(p) for p in paths], {}
     if not todo:
@@ -46,7 +46,8 @@ def introspect(paths: list[Path], sandbox: str = "strict", limits: Limits | None
     try:
         require_layers(scratch, sandbox)
         while todo and not (stop and stop.is_set()):  # each child answers at least its first file, so this ends
-            asked = IntrospectRequest(problem_paths=todo, overrides={p: o for p, o in (overrides or {}).items() if p in todo})
+            asked = IntrospectRequest(problem_paths=todo, precision=precision,
+                                      overrides={p: o for p, o in (overrides or {}).items() if p in todo})
             found |= _measure_in_child(scratch / f"child{len(found)}", asked, limits, per_file_s, stop, heard)
             todo = [p for p in todo if p not in found]
     finally:

@@ -115,7 +115,8 @@ def _run(job: CandidateJob, settings: EvalSettings, ncu: Path, build_root: Path,
         child = Child(workdir, build_dir, limits, cap_address_space=False, jail=spec, runner=runner)
         child.begin(ProfileRequest(problem_path=str(problem.path), candidate_path=str(src),
                                    overrides=problem.overrides(settings.size),
-                                   init_seed=secrets.randbits(31), input_seed=secrets.randbits(31), calls=CALLS, gpu=gpu))
+                                   init_seed=secrets.randbits(31), input_seed=secrets.randbits(31), calls=CALLS,
+                                   precision=settings.precision, gpu=gpu))
         result = child.finish()
     finally:
         Lease.give_back(lock)
