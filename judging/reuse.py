@@ -1,7 +1,8 @@
 """Which stored verdict stands for a candidate, so that code judged on a device and size at a precision is not judged
 there again (a verdict at another precision never stands for it):
 the latest verdict of the same code, or of any code of the problem with the same normalized form; never one of
-kforge's own failures, which said nothing about the code (Status.reusable). A stored row comes back as a Verdict
+kforge's own failures, which said nothing about the code (Status.reusable), nor one judged as another language than
+--backend asks for. A stored row comes back as a Verdict
 (Verdict.from_row)."""
 
 from __future__ import annotations
@@ -16,14 +17,18 @@ if TYPE_CHECKING:
     from evaluator.contracts import CandidateJob
 
 
-def _reusable(row: EvaluationRow | None) -> EvaluationRow | None:
-    return row if row is not None and Status(row.status).reusable else None
+def _reusable(row: EvaluationRow | None, settings: EvalSettings) -> EvaluationRow | None:
+    """Not kforge's own failure, and judged as the language asked for (--backend), when one was."""
+    if row is None or not Status(row.status).reusable:
+        return None
+    asked = settings.language
+    return row if asked is None or row.evidence.get("language") == asked.value else None
 
 
 def stored_verdict(database: Database, job: CandidateJob, settings: EvalSettings) -> EvaluationRow | None:
     """The reusable verdict of the job's own code on this device and size, at this precision."""
     return _reusable(database.find_evaluation(job.sha256, device_name(settings.device), settings.size,
-                                              precision=settings.precision))
+                                              precision=settings.precision), settings)
 
 
 def twin_verdict(database: Database, job: CandidateJob, normalized_sha256: str,
@@ -32,4 +37,4 @@ def twin_verdict(database: Database, job: CandidateJob, normalized_sha256: str,
     normalized form."""
     row = database.find_twin_evaluation(job.problem.name, normalized_sha256, device_name(settings.device), settings.size,
                                         precision=settings.precision)
-    return _reusable(row)
+    return _reusable(row, settings)

@@ -60,6 +60,12 @@ def test_code_is_stored_evaluated_once_then_its_verdict_reused(tmp_path, databas
     assert heard == [1] and not rerun.reused and rerun.evaluation_id != first.evaluation_id
     assert len(database.evaluations("relu")) == 2
 
+    from evaluator.languages import Language
+
+    [as_triton], heard = judge(database, [sub], settings.model_copy(update={"language": Language.TRITON}))
+    assert heard == [1] and not as_triton.reused  # judged as another language than the stored verdicts were
+    assert as_triton.verdict.evidence.language == "triton" and "no Triton kernel defined" in as_triton.verdict.evidence.cause
+
 
 def test_twins_are_evaluated_once_and_a_callers_verdict_is_stored_as_it_is(tmp_path, database, settings):
     twin_code = PY_ONLY.replace("    def forward", "    # reformatted\n\n    def  forward")
