@@ -199,8 +199,8 @@ def test_evaluate_a_kernelbench_run_directory(kforge, tmp_path):
     lines = [json.loads(ln) for ln in kforge("evaluate", str(run), "--device", "cpu", "--json").stdout.splitlines()]
     got = {Path(ln["path"]).name: (ln["problem"], ln["status"]) for ln in lines}
     assert got == {"level_1_problem_19_sample_0_kernel.py": ("19_ReLU", "correct"),
-                   "level_1_problem_19_sample_1_kernel.py": ("19_ReLU", "incorrect"),
-                   "clamp.py": ("relu", "cheat")}, lines  # no compiled code: kforge calls that cheat
+                   "level_1_problem_19_sample_1_kernel.py": ("19_ReLU", "cheat"),
+                   "clamp.py": ("relu", "cheat")}, lines  # no kernel of its own (read from the code): kforge calls that cheat
     stored = {Path(s.path).name: s for s in Database(kforge.db_url).solutions()}
     sample0 = stored["level_1_problem_19_sample_0_kernel.py"]
     assert (sample0.problem, sample0.origin, sample0.seed_id) == ("19_ReLU", "generated", "kernelbench:level_1_problem_19_sample_0")
@@ -210,7 +210,7 @@ def test_evaluate_a_kernelbench_run_directory(kforge, tmp_path):
 
     # one file of the run directory on its own: its name says its problem; the stored verdict is reused
     again = json.loads(kforge("submit", str(run / "level_1_problem_19_sample_1_kernel.py"), "--device", "cpu", "--json").stdout)
-    assert again["problem"] == "19_ReLU" and again["status"] == "incorrect" and again["reused"]
+    assert again["problem"] == "19_ReLU" and again["status"] == "cheat" and again["reused"]
 
     # fast_p over the 2 samples of 19_ReLU: 1 correct of 2 (a best-per-problem fast_0 would say 1.0)
     board = json.loads(kforge("leaderboard", "--problem", "19_ReLU", "--json").stdout)
@@ -221,6 +221,6 @@ def test_evaluate_a_kernelbench_run_directory(kforge, tmp_path):
     assert everything["samples"] == 3 and everything["fast_p"]["0.0"] == pytest.approx(1 / 3)
     assert {r["problem"] for r in everything["problems"]} == {"19_ReLU", "relu"}
     assert json.loads(kforge("leaderboard", "--level", "2", "--json").stdout) == {
-        "problems": [], "fast_p": {}, "samples": 0, "geomean_speedup": None}
+        "problems": [], "fast_p": {}, "samples": 0, "geomean_speedup": None, "precision": "fp32"}
     table = kforge("leaderboard").stdout
     assert "19_ReLU" in table and "fast_0=0.33" in table and "over 3 samples" in table
