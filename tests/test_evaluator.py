@@ -66,10 +66,11 @@ def test_evidence_says_where_the_time_went(verdicts):
     v = verdicts["cpp_leak"]  # built only by this batch: not a cache hit
     assert v.evidence.cache_hit is False and v.evidence.build_steps_s["main.o"] > 1.0, v.evidence.build_steps_s
     assert v.evidence.build_steps_s["main.o"] < v.evidence.stage_s["compile_child"]
+    # device_wait is there only when another kforge process held the CPU meanwhile (leases.py)
     stages = verdicts["cpu_fused_o3"].evidence.stage_s
     reference = ["reference_start", "reference_setup", "reference_init", "reference_correctness", "reference_timing", "reference_timed",
                  "reference_footprint", "reference_serving"]  # the reference child's stages, request to ready
-    assert list(stages) == ["compile_child", "reference_wait", "reference_run", "reference_load", *reference, "load", "start",
+    assert [s for s in stages if s != "device_wait"] == ["compile_child", "reference_wait", "reference_run", "reference_load", *reference, "load", "start",
                             "setup", "compile", "init",
                             "correctness", "leak", "timing", "timed", "probe", "judge", "of_which_comparer",
                             "of_which_comparer_work", "of_which_comparer_recompute", "of_which_reference_blocks"]
