@@ -155,7 +155,8 @@ def test_cli_exits_1_when_a_reference_fails_and_doctor_lists_the_layers(tmp_path
 
     run = kforge_runner(tmp_path, build_root, KFORGE_MEMORY_MB="2048")
     cand = tmp_path / "plain.py"
-    cand.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
+    # ctypes could load a kernel: not judged from its code alone, so it waits for the reference that fails
+    cand.write_text("import ctypes\nimport torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n")
     proc = run("submit", str(cand), "--problem", str(HUNGRY), "--device", "cpu", "--json", expect=1)
     line = json.loads(proc.stdout.splitlines()[-1])
     assert line["status"] == "reference_error" and "reference of 'hungry' failed" in line["cause"]
