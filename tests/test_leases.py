@@ -72,7 +72,7 @@ def test_a_waiting_evaluate_says_whom_it_waits_for_and_status_shows_the_line(tmp
                                      "cpu", "--json"], env=kforge.env, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)
         said: list[tuple[float, str]] = []
-        _lines_with_times(evaluate.stderr, said)
+        reader = _lines_with_times(evaluate.stderr, said)
         waits = _until(lambda: [(t, line) for t, line in said if "waiting for device cpu" in line])
         assert waits, "".join(line for _, line in said)
         (at, line), = waits
@@ -92,7 +92,9 @@ def test_a_waiting_evaluate_says_whom_it_waits_for_and_status_shows_the_line(tmp
         assert f"cpu: held by pid {holder.pid}" in text and f"pid {evaluate.pid} (kforge evaluate" in text
         time.sleep(1.0)
         holder.stdin.close()  # the holder gives the CPU back: the evaluate, first in line, takes it
-        output, _ = evaluate.communicate(timeout=600)
+        output = evaluate.stdout.read()  # stderr is the reader's alone: communicate() would take its last lines
+        evaluate.wait(timeout=600)
+        reader.join(timeout=30)
         assert evaluate.returncode in (0, 1), "".join(line for _, line in said)
         verdict = json.loads(output.splitlines()[-1])
         assert later.stdout.readline() == "held\n"  # then the later one, once the evaluate gave it back
