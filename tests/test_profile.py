@@ -191,7 +191,7 @@ def test_a_profile_request_is_part_of_the_protocol_and_no_other_role_runs_in_the
     from evaluator.protocol import IntrospectRequest, ProfileRequest, read_request
     from evaluator.sandbox.spawn import Child
 
-    request = ProfileRequest(problem_path="p.py", candidate_path="c.py", init_seed=1, input_seed=2, calls=3)
+    request = ProfileRequest(problem_path="p.py", candidate_path="c.py", init_seed=1, input_seed=2, calls=3, precision="fp32")
     assert read_request(request.model_dump_json().encode()) == request
     problem = resolve_problem("relu")
     child = Child(tmp_path, tmp_path / "build", Limits(timeout_s=120), cap_address_space=True,
