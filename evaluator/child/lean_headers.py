@@ -161,6 +161,17 @@ def _lean_flag(arguments: dict) -> tuple[str | None, str]:
     return f"-I{lean}", "lean"
 
 
+def build_as_written(exc: Exception, source: str, marker: Path, name: str) -> str:
+    """After a lean build of `source` (cuda.cu or main.cpp) failed: its first error, the build dir's path left out,
+    written to `marker` so every later load of the extension takes the build as written; torch forgets the
+    name's version, so the rebuild keeps the name (no _v1)."""
+    error = re.sub(rf"^\S*/({re.escape(source)})", r"\1", first_error(str(exc)))
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(error + "\n")
+    cpp_extension.JIT_EXTENSION_VERSIONER.entries.pop(name, None)
+    return error
+
+
 def install() -> None:
     """Wrap load_inline: a CUDA source that may build lean gets the lean flag; if its .cu does not compile that
     way, it is built again as written."""
@@ -184,9 +195,7 @@ def install() -> None:
             if not _CU_FAILED.search(str(exc)):  # not the .cu's compile: the full headers would fail the same way
                 builds.append("lean")
                 raise
-            error = re.sub(r"^\S*/(cuda\.cu)", r"\1", first_error(str(exc)))  # the build dir's path left out
-            (Path(flag[2:]) / _FULL_MARKER).write_text(error + "\n")
-            cpp_extension.JIT_EXTENSION_VERSIONER.entries.pop(bound.arguments["name"], None)  # same name, no _v1
+            error = build_as_written(exc, "cuda.cu", Path(flag[2:]) / _FULL_MARKER, bound.arguments["name"])
             builds.append(f"full: the lean build failed ({error})")
             return loader(*args, **kwargs)
         builds.append("lean")

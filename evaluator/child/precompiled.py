@@ -47,7 +47,6 @@ import torch
 import torch.utils.cpp_extension as cpp_extension
 
 from evaluator.child import lean_headers
-from evaluator.diagnose import first_error
 from evaluator.static import parse
 
 HEADER = "torch/extension.h"
@@ -321,11 +320,8 @@ class Headers:
                 if not _MAIN_FAILED.search(str(exc)):  # not the binding's compile: the full headers would fail the same way
                     builds.append("main.cpp lean binding")
                     raise
-                error = re.sub(r"^\S*/(main\.cpp)", r"\1", first_error(str(exc)))  # the build dir's path left out
-                marker = self._binding_failed(bound.arguments)
-                marker.parent.mkdir(parents=True, exist_ok=True)
-                marker.write_text(error + "\n")
-                cpp_extension.JIT_EXTENSION_VERSIONER.entries.pop(bound.arguments["name"], None)  # same name, no _v1
+                error = lean_headers.build_as_written(exc, "main.cpp", self._binding_failed(bound.arguments),
+                                                      bound.arguments["name"])
                 builds.append(f"main.cpp full: the lean binding failed ({error})")
                 return load(*args, **kwargs)
             builds.append("main.cpp lean binding")
