@@ -21,7 +21,9 @@ from db import Database
 if not os.environ.get("KFORGE_REQUIRE_RAY"):
     pytest.importorskip("ray", reason="the Ray backend is an optional extra (pip install 'kforge[ray]')")
 
-RAISER = """import torch
+RAISER = """import ctypes  # a loader in reach: judged by running it, not from its code
+
+import torch
 
 
 class ModelNew(torch.nn.Module):
