@@ -11,8 +11,9 @@ import importlib
 _HOME = {
     "ORIGINS": "database", "Database": "database",
     "ConflictError": "engine", "DatabaseError": "engine", "NotFoundError": "engine", "default_url": "engine",
-    "ArchiveRow": "rows", "EvaluationRow": "rows", "GenerationRow": "rows", "LeaderRow": "rows", "ProblemRow": "rows",
-    "RunRow": "rows", "SolutionRow": "rows", "SpendRow": "rows",
+    "ArchiveRow": "rows", "BoardRow": "rows", "EvaluationRow": "rows", "GenerationRow": "rows", "LeaderRow": "rows",
+    "ProblemRow": "rows", "Removed": "rows", "RunRow": "rows", "SolutionRow": "rows", "SolutionVerdicts": "rows",
+    "SpendRow": "rows",
 }
 __all__ = sorted(_HOME)
 

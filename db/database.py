@@ -44,6 +44,7 @@ from db.rows import (
     problem_row,
     solution_row,
 )
+from db.removal import Removal
 from db.runs import Runs
 from db.standings import Standings, problem_id_of, tally
 
@@ -72,7 +73,7 @@ _NEWEST_EVAL = (Evaluation.created_at.desc(), Evaluation.id.desc())
 _NEWEST_GEN = (Generation.created_at.desc(), Generation.id.desc())
 
 
-class Database(Standings, Runs, ArchiveCells):
+class Database(Standings, Runs, ArchiveCells, Removal):
     """Results store of kforge. Every method is one short transaction and returns plain rows."""
 
     def __init__(self, url: str) -> None:

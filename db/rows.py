@@ -74,13 +74,14 @@ class EvaluationRow(_Row):
 
 
 class LeaderRow(_Row):
-    """Per-problem summary: the best correct speedup and how the evaluations went."""
+    """Per-problem summary: the best correct speedup and how the evaluations went (every evaluation counted,
+    reruns included)."""
 
     problem: str
     level: int
     n_solutions: int
     n_evaluations: int
-    status_counts: dict[str, int] = Field(default_factory=dict)
+    evaluations_by_status: dict[str, int] = Field(default_factory=dict)
     best_speedup: float | None = None
     best_sha256: str | None = None
     best_path: str | None = None
@@ -91,6 +92,42 @@ class LeaderRow(_Row):
     candidate_ms: float | None = None
     reference_ms: float | None = None
     speedup_vs_compile: float | None = None
+
+    @property
+    def status_counts(self) -> dict[str, int]:
+        """The earlier name of evaluations_by_status, still read by the HTML report."""
+        return self.evaluations_by_status
+
+
+class BoardRow(LeaderRow):
+    """A problem on one board (device, size, precision): its best there, and its solutions counted once each by
+    their latest verdict there (a rerun replaces a verdict, never adds one). A problem whose solutions have no
+    verdict at the precision has one row with no device."""
+
+    device_name: str | None
+    size: str | None
+    precision: str
+    solutions_by_status: dict[str, int] = Field(default_factory=dict)
+
+
+class Removed(_Row):
+    """What deleting solutions removed, and what it kept but unlinked: the LLM calls that wrote them (their spend
+    stays counted) and the solutions built on them (now without a parent)."""
+
+    solutions: list[str]  # sha256 of each removed solution
+    evaluations: int
+    archive_cells: int
+    calls_unlinked: int
+    children_unlinked: int
+
+
+class SolutionVerdicts(_Row):
+    """A stored solution and how many of its stored verdicts have each status: what `prune --dry-run` lists."""
+
+    sha256: str
+    problem: str
+    path: str | None
+    evaluations_by_status: dict[str, int]
 
 
 class GenerationRow(_Row):
@@ -195,13 +232,19 @@ def archive_row(cell: ArchiveCell) -> ArchiveRow:
     return ArchiveRow(problem=cell.solution.problem.name, solution_sha256=cell.solution.sha256, **cols)
 
 
+def board_row(row: LeaderRow, device_name: str | None, size: str | None, precision: str,
+              solutions_by_status: dict[str, int]) -> BoardRow:
+    return BoardRow(**row.model_dump(), device_name=device_name, size=size, precision=precision,
+                    solutions_by_status=solutions_by_status)
+
+
 def leader_row(problem: Problem, n_solutions: int, counts: dict[str, int], best: Evaluation | None) -> LeaderRow:
     row = LeaderRow(
         problem=problem.name,
         level=problem.level,
         n_solutions=n_solutions,
         n_evaluations=sum(counts.values()),
-        status_counts=counts,
+        evaluations_by_status=counts,
     )
     if best is None:
         return row

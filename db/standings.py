@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from db.engine import guarded
 from db.metrics import FAST_P, fast_p, geomean
 from db.models import Evaluation, EvaluationTally, Problem, Solution
-from db.rows import LeaderRow, leader_row
+from db.rows import BoardRow, LeaderRow, board_row, leader_row
 
 CORRECT = "correct"  # Status.CORRECT of evaluator.contracts, a floor above: the db stores statuses as strings
 
@@ -54,6 +54,30 @@ def tally(s: Session, problem_id: int, ev: Evaluation) -> None:
     rivals = [i for i in (tally.best_id, ev.id) if i is not None]
     tally.best_id = s.scalar(select(Evaluation.id).where(Evaluation.id.in_(rivals), *_RANKED).order_by(*_BEST).limit(1))
 
+
+
+def _with_solutions(s: Session, problem: str | None) -> list[tuple[Problem, int]]:
+    """Every problem with stored solutions (or the one named), with how many, by level then name."""
+    stmt = select(Problem, func.count(Solution.id)).join(Solution, Solution.problem_id == Problem.id)
+    if problem is not None:
+        stmt = stmt.where(Problem.name == problem)
+    return [(p, n) for p, n in s.execute(stmt.group_by(Problem.id).order_by(Problem.level, Problem.name))]
+
+
+def _latest_counts(s: Session, problem: str | None, precision: str) -> dict[tuple[int, str, str], dict[str, int]]:
+    """Per (problem id, device name, size): how many solutions have each status as their latest verdict there
+    (the highest id, as latest_verdicts reads it)."""
+    latest = select(func.max(Evaluation.id).label("id")).where(Evaluation.precision == precision)
+    if problem is not None:
+        latest = latest.where(Evaluation.solution_id.in_(select(Solution.id).where(Solution.problem_id == problem_id_of(problem))))
+    latest = latest.group_by(Evaluation.solution_id, Evaluation.device_name, Evaluation.size).subquery()
+    stmt = (select(Solution.problem_id, Evaluation.device_name, Evaluation.size, Evaluation.status, func.count())
+            .join(latest, Evaluation.id == latest.c.id).join(Solution, Solution.id == Evaluation.solution_id)
+            .group_by(Solution.problem_id, Evaluation.device_name, Evaluation.size, Evaluation.status))
+    counts: dict[tuple[int, str, str], dict[str, int]] = {}
+    for pid, device_name, size, status, n in s.execute(stmt):
+        counts.setdefault((pid, device_name, size), {})[status] = n
+    return counts
 
 
 class Standings:
@@ -97,13 +121,33 @@ class Standings:
         """One row per problem that has solutions, by level then name: best correct speedup over
         all matching evaluations, evaluation counts by status, and the number of solutions."""
         where = _tally_filters(problem, device_name, size, precision)
-        stmt = select(Problem, func.count(Solution.id)).join(Solution, Solution.problem_id == Problem.id)
-        if problem is not None:
-            stmt = stmt.where(Problem.name == problem)
-        stmt = stmt.group_by(Problem.id).order_by(Problem.level, Problem.name)
         with self.session() as s, s.begin():
             best, counts = self._best(s, where), self._status_counts(s, where)
-            return [leader_row(p, n, counts.get(p.id, {}), best.get(p.id)) for p, n in s.execute(stmt)]
+            return [leader_row(p, n, counts.get(p.id, {}), best.get(p.id)) for p, n in _with_solutions(s, problem)]
+
+    @guarded
+    def boards(self, problem: str | None = None, *, precision: str = "fp32") -> list[BoardRow]:
+        """The leaderboard at one precision with a row per problem and board (device and size) it was judged on, so
+        a speedup is never read apart from where it was measured: full size first, then by device. Each row also
+        counts the problem's solutions once each by their latest verdict on its board (solutions_by_status), the
+        samples KernelBench's fast_p counts. A problem with solutions but no verdict at this precision has one row
+        with no device."""
+        with self.session() as s, s.begin():
+            problems = _with_solutions(s, problem)
+            keys = s.execute(select(EvaluationTally.device_name, EvaluationTally.size).distinct()
+                             .where(*_tally_filters(problem, None, None, precision))).all()
+            latest = _latest_counts(s, problem, precision)
+            rows = []
+            for device_name, size in sorted(keys, key=lambda k: (k[1] != "full", k)):
+                where = _tally_filters(problem, device_name, size, precision)
+                best, counts = self._best(s, where), self._status_counts(s, where)
+                rows += [board_row(leader_row(p, n, counts[p.id], best.get(p.id)), device_name, size, precision,
+                                   latest.get((p.id, device_name, size), {})) for p, n in problems if p.id in counts]
+            judged = {r.problem for r in rows}
+            rows += [board_row(leader_row(p, n, {}, None), None, None, precision, {})
+                     for p, n in problems if p.name not in judged]
+        order = {p.name: i for i, (p, _) in enumerate(problems)}
+        return sorted(rows, key=lambda r: order[r.problem])  # stable: each problem's boards stay in board order
 
     def _best_speedups(self, where: list[ColumnElement[bool]]) -> tuple[int, list[float]]:
         """(number of problems with matching evaluations, their best correct speedups)."""

@@ -214,30 +214,67 @@ def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt =
                 as_csv: Annotated[bool, typer.Option("--csv")] = False,
                 level: Annotated[Optional[int], typer.Option("--level", help="only problems of this level")] = None,
                 precision: PrecisionOpt = "fp32") -> None:
-    """Best correct speedup per problem, fast_p and the geometric-mean speedup of the per-problem bests.
+    """Best correct speedup per problem on each device and size, fast_p, and per device and size the geometric mean
+    of the per-problem bests.
 
     fast_p is KernelBench's: of ALL evaluated samples, the fraction that are correct AND have speedup > p over eager
     PyTorch. A sample is a stored solution on one device and size, judged by its latest evaluation; `skipped` ones
-    never ran and do not count. Published numbers are per level: compare with --level. One precision per board:
+    never ran and do not count. problem_fast_p is best-of-k: of the problems judged on a device and size, the
+    fraction whose best correct speedup there is > p. Status counts count solutions, each by its latest verdict
+    (reruns replace a verdict). Published numbers are per level: compare with --level. One precision per board:
     results at fp32 and at half precision are never ranked together."""
+    from db import BoardRow
+
     database = open_db(db)
     precision = resolve_precision(precision)
     name = resolve_problem(problem, problems_dir()).name if problem else None
-    rows = [r.model_dump(mode="json") for r in database.leaderboard(name, precision=precision)
+    rows = [r.model_dump(mode="json") for r in database.boards(name, precision=precision)
             if level is None or r.level == level]
     fast, samples = kernelbench.fast_p(database, problem=name, level=level, precision=precision)
-    geomean = metrics.geomean(r["best_speedup"] for r in rows if r["best_speedup"])
-    summary = {"precision": precision, "fast_p": fast, "samples": samples, "geomean_speedup": geomean}
+    summary = {"precision": precision, "fast_p": fast, "samples": samples, "boards": board_summaries(rows)}
     if as_json:
         print(json.dumps({"problems": rows, **summary}, indent=1))
     elif as_csv:
-        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["problem"])
+        columns, flat = tables.leaderboard_csv(list(BoardRow.model_fields), rows, [st.value for st in Status])
+        writer = csv.DictWriter(sys.stdout, fieldnames=columns)
         writer.writeheader()
-        writer.writerows({k: json.dumps(v) if isinstance(v, dict) else v for k, v in r.items()} for r in rows)
+        writer.writerows(flat)
     else:
         out.print(tables.leaderboard(rows, out.width, precision))
-        fast = "  ".join(f"fast_{p:g}={v:.2f}" for p, v in fast.items()) + f" (KernelBench's, over {samples} samples)"
-        out.print(f"{fast if samples else 'no evaluated samples'}  geomean speedup={tables.fmt(geomean)}")
+        for line in summary_lines(summary):
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def board_summaries(rows: list[dict]) -> list[dict]:
+    """Per device and size the rows are on: how many problems had code judged there (a problem whose every
+    candidate was skipped never ran, as a skipped sample does not count), their problem_fast_p (best-of-k, the
+    formula of db.metrics) and the geometric mean of their best speedups."""
+    boards: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if r["device_name"] is not None:
+            boards.setdefault((r["device_name"], r["size"]), [])
+            if any(Status(status).judged for status in r["evaluations_by_status"]):
+                boards[r["device_name"], r["size"]].append(r)
+    summaries = []
+    for (device_name, size), judged in boards.items():
+        best = [r["best_speedup"] for r in judged if r["best_speedup"]]
+        summaries.append({"device_name": device_name, "size": size, "problems": len(judged),
+                          "problem_fast_p": metrics.fast_p(best, len(judged)), "geomean_speedup": metrics.geomean(best)})
+    return summaries
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """The leaderboard's figures under its table, each kind of fast_p by its one name."""
+    fast = "  ".join(f"fast_{p:g}={v:.2f}" for p, v in summary["fast_p"].items())
+    pooled = ", every device and size together" if len(summary["boards"]) > 1 else ""
+    lines = [f"{fast} (KernelBench's, over {summary['samples']} samples{pooled})" if summary["samples"]
+             else "no evaluated samples"]
+    for b in summary["boards"]:
+        n = b["problems"]
+        lines.append(f"{b['device_name']} {b['size']}: " + (f"{n} problem{'s' * (n != 1)} judged, geomean best speedup="
+                     f"{tables.fmt(b['geomean_speedup'])}, problem_fast_1={b['problem_fast_p'][1.0]:.2f} (best-of-k)"
+                     if n else "no code judged (every verdict skipped or kforge's own failure)"))
+    return lines
 
 
 @app.command()
@@ -279,7 +316,7 @@ def _listed_only() -> None:
 def main() -> None:
     """The agent loop (torch, the LLM client) loads only for `kforge generate`; for every other command it is a
     name in the list with the same help line, so `kforge --help` starts without it."""
-    from kforge import cli_status
+    from kforge import cli_delete, cli_status
     from kforge.cli_report import register
 
     if sys.argv[1:2] == ["generate"]:
@@ -290,4 +327,5 @@ def main() -> None:
         app.command("generate", context_settings=_LAZY)(_listed_only)
     register()  # problems (list, import), report, export, import
     cli_status.register()
+    cli_delete.register()  # delete, prune
     app()

@@ -46,9 +46,15 @@ def wrap_name(name: str, width: int = _NAME_WIDTH, breaks: str = "_") -> str:
     return "\n".join(lines)
 
 
-def _named(problem: str, solution: str) -> Text:
+SHA_SHOWN = 12  # the sha256 prefix the tables print: `kforge show`, `delete` and `prune` take it
+
+
+def _named(problem: str, solution: str, sha256: str | None = None) -> Text:
+    """Problem, solution file and the sha256 prefix that `kforge show` takes (unless the file name already is it)."""
     text = Text(wrap_name(problem), style="bold")
     text.append("\n" + wrap_name(solution), style="dim")
+    if sha256 and solution != sha256[:SHA_SHOWN]:
+        text.append("\n" + sha256[:SHA_SHOWN], style="cyan")
     return text
 
 
@@ -72,7 +78,8 @@ def results(lines: list[dict]) -> Group:
     notes = []
     for n, ln in enumerate(lines, 1):
         style = "green" if ln["status"] == Status.CORRECT else "red"
-        table.add_row(_named(ln["problem"], short_name(ln["path"], ln["solution_sha256"][:12])),
+        sha = ln["solution_sha256"] or ""
+        table.add_row(_named(ln["problem"], short_name(ln["path"], sha[:SHA_SHOWN] or "-"), sha),
                       f"[{style}]{ln['status']}[/]", fmt(ln["speedup"]), fmt(ln["candidate_ms"]), fmt(ln["reference_ms"]),
                       str(n))
         if ln["status"] != Status.CORRECT and (ln["cause"] or ln["hint"]):
@@ -85,18 +92,40 @@ def results(lines: list[dict]) -> Group:
 
 
 def leaderboard(rows: list[dict], width: int, precision: str = "fp32") -> Table:
-    """Per problem: the best speedup and the statuses seen (one per line), at the board's precision (its title);
-    below WIDE columns the times and the compile baseline give way (they are in --json)."""
+    """Per problem and board (device and size, at the precision of the title): the best speedup, and the
+    solutions counted once each by their latest verdict (one status per line); below WIDE columns the times and
+    the compile baseline give way (they are in --json)."""
     wide = width >= WIDE
     table = _table(f"kforge leaderboard ({precision})", "problem / best solution")
-    _numbers(table, "lvl", "best speedup", *(["vs compile", "cand ms", "ref ms"] if wide else []))
-    table.add_column("statuses", no_wrap=True)
+    _numbers(table, "lvl")
+    table.add_column("device\nsize", no_wrap=True)
+    _numbers(table, "best\nspeedup", *(["vs\ncompile", "cand ms", "ref ms"] if wide else []))
+    table.add_column("solutions by\nlatest verdict", no_wrap=True)
     for r in rows:
-        counts = "\n".join(f"{k} {v}" for k, v in sorted(r["status_counts"].items()))
-        cells = [_named(r["problem"], short_name(r["best_path"])), str(r["level"]), fmt(r["best_speedup"])]
+        counts = "\n".join(f"{k} {v}" for k, v in sorted(r["solutions_by_status"].items())) or "-"
+        cells = [_named(r["problem"], short_name(r["best_path"], (r["best_sha256"] or "-")[:SHA_SHOWN]), r["best_sha256"]),
+                 str(r["level"]), board_name(r["device_name"], r["size"]), fmt(r["best_speedup"])]
         cells += [fmt(r["speedup_vs_compile"]), fmt(r["candidate_ms"]), fmt(r["reference_ms"])] if wide else []
         table.add_row(*cells, counts)
     return table
+
+
+def board_name(device_name: str | None, size: str | None) -> str:
+    """A device's name broken at spaces into lines of at most 12 characters, then the size: no verdict yet, '-'."""
+    if device_name is None:
+        return "-"
+    return "\n".join([*wrap_name(device_name, 12, breaks=" ").split("\n"), size or "-"]).replace(" \n", "\n")
+
+
+def leaderboard_csv(fields: list[str], rows: list[dict], statuses: list[str]) -> tuple[list[str], list[dict]]:
+    """(columns, rows) of the leaderboard as CSV, one value per cell: the problem, its board, its plain fields, then
+    solutions_STATUS for every status (how many solutions have it as their latest verdict on the row's board). The
+    evaluation counts by status are left to --json: n_evaluations is their total."""
+    board = ["device_name", "size", "precision"]
+    plain = [f for f in fields if not f.endswith("_by_status") and f not in board and f.removeprefix("best_") not in board]
+    columns = plain[:2] + board + plain[2:] + [f"solutions_{status}" for status in statuses]
+    return columns, [{**{f: r[f] for f in columns if f in r}, **{f"solutions_{st}": r["solutions_by_status"].get(st, 0)
+                                                                 for st in statuses}} for r in rows]
 
 
 def spend(rows: list[SpendRow], title: str) -> Table:

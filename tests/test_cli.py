@@ -116,10 +116,10 @@ def test_evaluate_directory_and_leaderboard(kforge, tmp_path):
     best = {row["problem"]: row for row in board["problems"]}
     correct = next(ln for ln in lines if ln["status"] == "correct")
     assert best["scale_bias_hardswish"]["best_speedup"] == pytest.approx(correct["speedup"])
-    assert best["scale_bias_hardswish"]["status_counts"] == {"correct": 1, "incorrect": 1}
+    assert best["scale_bias_hardswish"]["solutions_by_status"] == {"correct": 1, "incorrect": 1}
     assert set(board["fast_p"]) == {"0.0", "1.0", "1.5", "2.0"} and board["fast_p"]["0.0"] == pytest.approx(1 / 3) and board["samples"] == 3
     table = kforge("leaderboard").stdout
-    assert "scale_bias_hardswish" in table and "fast_1=" in table
+    assert "scale_bias_hardswish" in table and "fast_1=" in table and correct["solution_sha256"][:12] in table
     shown = kforge("show", correct["solution_sha256"][:12]).stdout
     assert "correct" in shown and "\nmax_abs_err: " in shown and f"[{correct['solution_sha256'][:12]}]" in shown
     assert "\\u" not in shown and '"stage":' not in shown  # lines to read, not escaped JSON

@@ -24,8 +24,12 @@ LINES = [
      "reference_ms": None},
 ]
 ROWS = [{"problem": "12_Matmul_with_diagonal_matrices_", "level": 1, "best_speedup": 0.574, "speedup_vs_compile": 0.61,
-         "best_path": "runs/level1/sample_0123456789abcdef0123.py", "candidate_ms": 0.018, "reference_ms": 0.0104,
-         "status_counts": {"correct": 3, "runtime_error": 1, "reference_error": 2}}]
+         "best_path": "runs/level1/sample_0123456789abcdef0123.py", "best_sha256": "9f" * 32, "candidate_ms": 0.018,
+         "reference_ms": 0.0104, "device_name": "NVIDIA H100 80GB HBM3", "size": "full",
+         "solutions_by_status": {"correct": 3, "runtime_error": 1, "reference_error": 2}},
+        {"problem": "relu", "level": 1, "best_speedup": None, "speedup_vs_compile": None, "best_path": None,
+         "best_sha256": None, "candidate_ms": None, "reference_ms": None, "device_name": None, "size": None,
+         "solutions_by_status": {}}]
 
 
 def _render(renderable, width: int) -> list[str]:
@@ -45,16 +49,35 @@ def test_results_keep_words_whole_and_fit(width):
     assert max(map(len, lines)) <= width, "\n".join(lines)
     words = [w for ln in LINES for w in [*ln["problem"].split("_"), ln["status"], *(ln["cause"] + " " + ln["hint"]).split()]
              if ln["status"] != "correct" or w in (*ln["problem"].split("_"), ln["status"])]
-    words += ["int64_index.py", "seed_001_a7341888….py", "efefefefefef", "1.05", "6.25", "5.46"]
+    words += ["int64_index.py", "seed_001_a7341888….py", "efefefefefef", "1.05", "6.25", "5.46", "abababababab", "cdcdcdcdcdcd"]
     assert _whole(words, lines) == [], "\n".join(lines)
 
 
 @pytest.mark.parametrize("width", [80, 160])
 def test_leaderboard_keeps_words_whole_and_fits(width):
+    """Each row says where its speedup was measured, names its counts, and shows the sha256 prefix `show` takes."""
     lines = _render(tables.leaderboard(ROWS, width), width)
     assert max(map(len, lines)) <= width, "\n".join(lines)
-    words = ["Matmul", "diagonal", "matrices", "0.574", "sample_01234567….py", "correct 3", "runtime_error 1", "reference_error 2"]
+    words = ["Matmul", "diagonal", "matrices", "0.574", "sample_01234567….py", "correct 3", "runtime_error 1",
+             "reference_error 2", "NVIDIA H100", "80GB HBM3", "full", "9f9f9f9f9f9f", "solutions by", "latest verdict"]
     assert _whole(words + (["0.61", "0.018"] if width >= tables.WIDE else []), lines) == [], "\n".join(lines)
+    assert "9f9f9f9f9f9f9" not in "".join(lines)  # the prefix `show` is given, not the whole hash
+    relu = next(line for line in lines if line.lstrip().startswith("relu"))
+    assert relu.split()[1:] == ["1", "-", "-", *(["-"] * 3 if width >= tables.WIDE else []), "-"], relu
+
+
+def test_leaderboard_csv_has_one_value_per_cell():
+    """The counts are flat columns, one per status, named for what they count: no JSON inside a cell."""
+    fields = ["problem", "level", "n_solutions", "evaluations_by_status", "best_speedup", "best_sha256",
+              "best_device_name", "best_size", "device_name", "size", "precision", "solutions_by_status"]
+    rows = [{**ROWS[0], "n_solutions": 6, "evaluations_by_status": {"correct": 9}, "best_device_name": "x",
+             "best_size": "full", "precision": "fp32"}]
+    columns, flat = tables.leaderboard_csv(fields, rows, ["correct", "incorrect", "runtime_error"])
+    assert columns == ["problem", "level", "device_name", "size", "precision", "n_solutions", "best_speedup", "best_sha256",
+                       "solutions_correct", "solutions_incorrect", "solutions_runtime_error"]
+    assert flat == [{"problem": ROWS[0]["problem"], "level": 1, "device_name": "NVIDIA H100 80GB HBM3", "size": "full",
+                     "precision": "fp32", "n_solutions": 6, "best_speedup": 0.574, "best_sha256": "9f" * 32,
+                     "solutions_correct": 3, "solutions_incorrect": 0, "solutions_runtime_error": 1}]
 
 
 @pytest.mark.parametrize("width", [80, 160])
