@@ -16,6 +16,11 @@ SPREAD = 0.7  # the calls of one turn share this much of the x axis around the t
 DeviceSize = tuple[str, str]  # (device_name, size): one board of the report
 
 
+def call_page(generation_id: int) -> str:
+    """A call's page, relative to the report root: its prompt, its reply and what became of its answer."""
+    return f"calls/{generation_id}.html"
+
+
 @dataclass(frozen=True)
 class Call:
     """One LLM call and the verdicts of its answer, per board: its own, or those of the evaluated twin whose

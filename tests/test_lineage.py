@@ -83,7 +83,8 @@ def test_lineage_pages_exist_for_problems_with_calls_and_are_linked(site) -> Non
     assert "No answer of these calls has been judged yet." in matmul and "<svg" not in matmul
     page = root / "lineage/relu.html"
     hrefs = re.findall(r'href="([^"]+)"', page.read_text())
-    assert sum(h.startswith("../candidates/") for h in hrefs) >= 6 + 5 + 1  # table rows, H100 dots, CPU dot
+    assert sum(h.startswith("../candidates/") for h in hrefs) == 5 + 1  # the table's answers, e's twin
+    assert sum(h.startswith("../calls/") for h in hrefs) == 6 + 5 + 1  # table rows, H100 dots, CPU dot
     for href in hrefs:
         if href.startswith("#"):
             assert f'id="{href[1:]}"' in page.read_text(), href
@@ -104,7 +105,7 @@ def test_one_point_per_judged_call_at_its_turn_and_speedup(site) -> None:
                 if label == "none")
     assert float(dots[g["b"]]["cy"]) == none > float(dots[g["d"]]["cy"])  # the compile error: on the 'none' line
     assert "dot s-compile_error" in h100 and "(log scale)" in h100 and ">1/8x<" in h100  # 0.2x to 6x: log axis
-    assert dots[g["e"]]["data-status"] == "correct" and 'href="../candidates/relu-e' in h100
+    assert dots[g["e"]]["data-status"] == "correct" and f'href="../calls/{g["e"]}.html"' in h100
     assert [d["data-speedup"] for d in _dots(cpu).values()] == ["1.1"] and "(log scale)" not in cpu  # no mixing
 
 
