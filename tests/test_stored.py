@@ -167,3 +167,36 @@ def test_leaderboard_csv_has_a_column_per_status(stored):
     assert (conv1d["device_name"], conv1d["size"], conv1d["precision"]) == (H100, "full", "fp32")
     assert (conv1d["solutions_compile_error"], conv1d["solutions_correct"], conv1d["solutions_incorrect"]) == ("1", "1", "0")
     assert conv1d["n_evaluations"] == "4" and conv1d["best_sha256"] == GOOD
+
+
+def test_after_deletions_in_many_chunks_the_standings_match_every_remaining_evaluation(tmp_path, monkeypatch):
+    """What the tallies answer after a prune of many solutions, taken a few at a time, is what counting every
+    evaluation that is left gives: counts, bests (ties to the earliest), and each solution's latest verdict."""
+    import random
+    from collections import Counter
+
+    from db import removal
+
+    monkeypatch.setattr(removal, "_CHUNK", 3)
+    rng = random.Random(7)
+    with Database(f"sqlite:///{tmp_path / 'k.db'}") as db:
+        for name in "AB":
+            db.upsert_problem(name, 1, f"{name}.py", name)
+            for i in range(8):
+                db.upsert_solution(f"{name}{i}", name, "source")
+        for _ in range(120):
+            db.add_evaluation(f"{rng.choice('AB')}{rng.randrange(8)}", device="cuda", device_name=rng.choice(["H100", "cpu"]),
+                              status=rng.choice(["correct", "correct", "incorrect", "skipped", "reference_error"]),
+                              speedup=rng.choice([None, 0.5, 1.0, 2.0, 3.0]))
+        doomed = [s.sha256 for s in db.solutions() if rng.random() < 0.5]
+        assert db.delete_solutions(doomed).solutions == doomed
+        runs = db.evaluations()
+        assert not {r.solution_sha256 for r in runs} & set(doomed)
+        for row in db.boards():
+            mine = sorted((r for r in runs if r.problem == row.problem and r.device_name == row.device_name), key=lambda r: r.id)
+            assert row.evaluations_by_status == Counter(r.status for r in mine)
+            latest = {r.solution_sha256: r.status for r in mine}
+            assert row.solutions_by_status == Counter(latest.values())
+            timed = [r for r in mine if r.status == "correct" and (r.speedup or 0) > 0]
+            best = min(timed, key=lambda r: (-r.speedup, r.created_at, r.id), default=None)
+            assert (row.best_speedup, row.best_sha256) == (best and best.speedup, best and best.solution_sha256)
