@@ -80,7 +80,8 @@ def prune(status: Annotated[Optional[list[str]], typer.Option("--status", help="
           db: DbOpt = None) -> None:
     """Delete the stored solutions no verdict judged: those with no verdict at all, and those whose every verdict is
     `skipped` (never ran here) or kforge's own failure (`reference_error`). With --status, the solutions whose
-    every verdict has one of the statuses given.
+    every verdict has one of the statuses given. A solution that an evaluate or generate still running has stored
+    has no verdict yet: prune while none runs.
 
     Kept consistent, as by `kforge delete`: the leaderboard's counts and bests no longer include their verdicts;
     archive cells they held are emptied; the LLM calls that wrote them stay (their spend still counts), and so do
