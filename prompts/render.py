@@ -19,6 +19,7 @@ Target = Literal["cuda", "cpu", "triton"]  # CUDA C++ or C++ with load_inline, o
 LANGUAGE = {"cuda": "CUDA", "cpu": "C++", "triton": "Triton"}
 CANDIDATE_LINE = re.compile(r"\bline (\d+)")
 DIRECTORIES = re.compile(r"(?<![\w.:/])/(?:[^\s/:'\"`]+/)+(?=[^\s/:'\"`]+)")
+ADDRESSES = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")  # `<function f at 0x7f...>`: differs in every process
 
 
 class Turn(BaseModel):
@@ -113,10 +114,11 @@ def _excerpt(verdict: Verdict, source: str, context: int = 2) -> str:
 def render_feedback(verdict: Verdict, source: str, profile: Profile | None = None) -> str:
     """A refinement request: what the evaluator found wrong (or how fast it was), with Nsight Compute's metrics of
     its top kernels when it was profiled, then ask for a better kernel. Directories are dropped from paths: build
-    and sandbox paths are noise to the model and private to us."""
+    and sandbox paths are noise to the model and private to us, as are objects' addresses (which would also make the
+    same failure a new prompt each time, missing the response cache)."""
     text = ENV.get_template("feedback.j2").render(verdict=verdict, evidence=verdict.evidence, excerpt=_excerpt(verdict, source),
                                                   profile=profile)
-    return DIRECTORIES.sub("", text).strip()
+    return ADDRESSES.sub("", DIRECTORIES.sub("", text)).strip()
 
 
 def render_inspirations(programs: list[Program], device_name: str = "") -> str:

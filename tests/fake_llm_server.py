@@ -2,6 +2,9 @@
 
     python tests/fake_llm_server.py --port 8000
     kforge generate --problem relu --turns 2 --device cpu --base-url http://127.0.0.1:8000/v1 --model fake-coder
+
+    python tests/fake_llm_server.py --port 8000 --script triton --save-prompts prompts/
+    kforge generate --problem relu --turns 2 --device cpu --backend triton --base-url http://127.0.0.1:8000/v1 --model fake-coder
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -165,12 +169,76 @@ def repair_script(body: dict, index: int) -> Reply:
     return Reply(content=answer(BROKEN_RELU, "A parallel loop over raw float pointers, built with -O3."))
 
 
+# -- the same repair in Triton: a helper the kernel calls lacks @triton.jit. Triton's interpreter (CPU) runs it as
+# Python, so only the compile for a GPU target, which kforge runs as proof, rejects it --
+
+TRITON_ERROR_TEXT = "Unsupported function referenced"
+
+TRITON_BROKEN_RELU = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+def clamp_negative(x):
+    return tl.where(x > 0, x, 0.0)
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(y_ptr + offsets, clamp_negative(x), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        n = x.numel()
+        relu_kernel[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)
+        return y
+'''
+
+TRITON_FIXED_RELU = TRITON_BROKEN_RELU.replace("\ndef clamp_negative", "\n@triton.jit\ndef clamp_negative")
+
+
+def triton_repair_script(body: dict, index: int) -> Reply:
+    """The Triton fix comes only when the last user message carries the GPU compile's error."""
+    last_user = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+    if TRITON_ERROR_TEXT in last_user:
+        return Reply(content=answer(TRITON_FIXED_RELU, "The GPU compile rejects a plain Python helper: make it @triton.jit."))
+    return Reply(content=answer(TRITON_BROKEN_RELU, "One Triton kernel, the clamp in a small helper."))
+
+
+SCRIPTS = {"cpp": repair_script, "triton": triton_repair_script}
+
+
+def saving(script: Script, folder: Path) -> Script:
+    """The script, with each request's messages also written to FOLDER/request_N.md as the model reads them."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def answer_and_save(body: dict, index: int) -> Reply:
+        text = "\n\n".join(f"## {m['role']}\n\n{m['content']}" for m in body.get("messages", []))
+        (folder / f"request_{index}.md").write_text(text + "\n")
+        return script(body, index)
+
+    return answer_and_save
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--script", choices=sorted(SCRIPTS), default="cpp",
+                        help="the relu repair demo in C++ (load_inline) or in Triton")
+    parser.add_argument("--save-prompts", type=Path, metavar="DIR", help="write each request's messages to DIR")
     args = parser.parse_args()
-    with FakeLLMServer(repair_script, port=args.port) as server:
-        print(f"fake OpenAI server (relu repair demo) at {server.url}", flush=True)
+    script = SCRIPTS[args.script]
+    if args.save_prompts:
+        script = saving(script, args.save_prompts)
+    with FakeLLMServer(script, port=args.port) as server:
+        print(f"fake OpenAI server (relu repair demo, {args.script}) at {server.url}", flush=True)
         try:
             server.thread.join()
         except KeyboardInterrupt:
