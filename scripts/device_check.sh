@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "The GPU check").
 # Usage: bash scripts/device_check.sh [evaluate|repeat N|stages|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
-#        speed-exec|throughput [LEVEL]|fingerprint [GB]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|loads|all]
+#        speed-exec|throughput [LEVEL]|fingerprint [GB]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|loads|languages|all]
 # (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +68,29 @@ audit() {  # all 250 problems at their own sizes: trivial answers, too fast to t
   python3 benchmarks/problem_audit.py ${KB:-.kb} --levels ${1:-1,2,3} --parallel ${PARALLEL:-2} ${ONLY:+--only $ONLY} --out "$OUT/audit.md"
 }
 doctor() { python3 -m kforge doctor | tee "$OUT/doctor.txt"; }
+languages() {  # Triton beside CUDA on KernelBench level 1 in one batch, three problems again at fp16 and bf16 (each
+  # precision its own board), then the CuTe DSL and TileLang candidates where those import; KB=.kb as for throughput
+  local src=tests/candidates/kernelbench_triton run=/tmp/kforge-languages half=/tmp/kforge-languages-half rc=0 ids
+  { kf problems import ${KB:-.kb} && kf problems import $src/examples; } > "$OUT/languages_import.txt" || return 1
+  rm -rf $run $half && cp -r $src/run $run && mkdir $half
+  ids=$(ls $run | sed -n 's/^level_1_problem_\([0-9]*\)_.*/\1/p' | sort -un | paste -sd,)
+  python3 -c 'import sys; from pathlib import Path; sys.path.insert(0, "benchmarks"); import kernelbench_throughput as t
+t.write_candidates(Path(sys.argv[1]), 1, t.problem_ids(sys.argv[2]), Path(sys.argv[3]), "cuda")' ${KB:-.kb} $ids $run || return 1
+  peak python3 -m kforge evaluate $run --device cuda --size full --json | tee "$OUT/languages.jsonl" || rc=1
+  echo "languages: fp32 batch done at ${SECONDS} s"
+  cp $run/level_1_problem_{1,21,24}_sample_*_kernel.py $half/
+  for p in fp16 bf16; do kf evaluate $half --device cuda --size full --precision $p --json | tee "$OUT/languages_$p.jsonl" || rc=1; done
+  for p in fp32 fp16 bf16; do kf leaderboard --precision $p | tee "$OUT/leaderboard_$p.txt"; done
+  echo "languages: fp16 and bf16 done at ${SECONDS} s"
+  for lang in cute:cutlass tilelang:tilelang; do
+    local dir=tests/candidates/${lang%%:*} module=${lang#*:}
+    if [ ! -d $dir ]; then echo "languages: $dir is not in this checkout: not judged"
+    elif ! python3 -c "import $module" 2>/dev/null; then echo "languages: 'import $module' fails here: $dir not judged"
+    else kf evaluate $dir --device cuda --size full --json | tee "$OUT/languages_${lang%%:*}.jsonl" || rc=1; fi
+  done
+  echo "languages: done at ${SECONDS} s"
+  return $rc
+}
 multigpu() {  # the seeds and their repairs on one GPU and on every GPU, N times each in turn (builds warmed first)
   python3 benchmarks/multi_gpu.py "$(staged solutions/*/seed_*.py $REPAIRS)" --size full --jobs 14 -n ${1:-3} | tee "$OUT/multi_gpu.json"
 }
@@ -94,6 +117,7 @@ case "$cmd" in
   speed-exec) KFORGE_FORK_SERVER=0 TAG=_exec speed "$@" ;;  # each child its own interpreter: the fork server's baseline
   throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;; multigpu) multigpu "$@" ;; pairing) pairing "$@" ;; crowd) crowd ;;
   agent) agent "$@" ;; loads) loads ;; fingerprint) fingerprint "$@" ;;
+  languages) languages ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
 esac
 rc=$?  # the step's status (a failed GPU test included), not the leaderboard's

@@ -1,0 +1,35 @@
+"""Wrong on purpose, a wrong reduction: each row is shifted by its max only (x - max), the log of the sum of
+exponentials is left out, so every output is off by log(sum), about 12.5 at the full size."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def log_softmax_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row, y_row = x_ptr + row * n_cols, y_ptr + row * n_cols
+    cols = tl.arange(0, BLOCK)
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        x = tl.load(x_row + start + cols, mask=start + cols < n_cols, other=float("-inf")).to(tl.float32)
+        m = tl.maximum(m, x)
+    row_max = tl.max(m, axis=0)
+    for start in range(0, n_cols, BLOCK):
+        mask = start + cols < n_cols
+        x = tl.load(x_row + start + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_row + start + cols, (x - row_max).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim: int = 1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.movedim(self.dim, -1).contiguous()
+        y = torch.empty_like(x)
+        n_cols = x.shape[-1]
+        log_softmax_kernel[(x.numel() // n_cols,)](x, y, n_cols, BLOCK=2048, num_warps=8)
+        return y.movedim(-1, self.dim)
