@@ -3,7 +3,7 @@
     python tests/fake_llm_server.py --port 8000
     kforge generate --problem relu --turns 2 --device cpu --base-url http://127.0.0.1:8000/v1 --model fake-coder
 
-    python tests/fake_llm_server.py --port 8000 --script triton --save-prompts prompts/
+    python tests/fake_llm_server.py --port 8000 --script triton --save-prompts /tmp/triton-prompts
     kforge generate --problem relu --turns 2 --device cpu --backend triton --base-url http://127.0.0.1:8000/v1 --model fake-coder
 """
 
