@@ -11,7 +11,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from alembic.util import CommandError
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -94,10 +93,10 @@ class Database(Standings, Runs, ArchiveCells, Removal):
         try:
             with self._engine.connect() as conn:
                 current = migrate.revision(conn)
-            if current != migrate.head():
+            if current != migrate.HEAD:
                 with writer.begin() as conn:
                     migrate.upgrade(conn)
-        except (SQLAlchemyError, CommandError) as exc:
+        except (SQLAlchemyError, migrate.MigrationError) as exc:
             self._engine.dispose()
             raise DatabaseError(f"cannot open database {self.url!r}: {one_line(exc)}") from exc
 

@@ -8,35 +8,35 @@ db/migrations), against a scratch database at the previous head, then review it:
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from alembic.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 FIRST = "0001"  # the schema create_all made before kforge had migrations
+HEAD = "0005"  # the newest revision in migrations/versions (tests/test_migrations.py checks it against alembic's)
 _PG_LOCK = 0x6B666F726765  # "kforge": one advisory lock key, so concurrent openers migrate one at a time
 
 
-def config(connection: Connection | None = None) -> Config:
-    """Built in code, not read from an ini file, so migrations work from an installed package."""
+class MigrationError(Exception):
+    """alembic could not bring the schema to HEAD (its own CommandError, in words)."""
+
+
+def config(connection: Connection | None = None):
+    """Built in code, not read from an ini file, so migrations work from an installed package. alembic is imported
+    only to migrate: opening an up-to-date database (every command but the first) needs none of it."""
+    from alembic.config import Config
+
     cfg = Config(attributes={"connection": connection})
     cfg.set_main_option("script_location", str(MIGRATIONS).replace("%", "%%"))
     return cfg
 
 
-@functools.cache
-def head() -> str | None:
-    return ScriptDirectory.from_config(config()).get_current_head()
-
-
 def revision(connection: Connection) -> str | None:
     """The stored revision; None for an empty database or one made before migrations."""
-    return MigrationContext.configure(connection).get_current_revision()
+    if not inspect(connection).has_table("alembic_version"):
+        return None
+    return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
 def upgrade(connection: Connection) -> None:
@@ -45,9 +45,15 @@ def upgrade(connection: Connection) -> None:
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
     current = revision(connection)
-    if current == head():
+    if current == HEAD:
         return
+    from alembic import command
+    from alembic.util import CommandError
+
     cfg = config(connection)
-    if current is None and inspect(connection).has_table("problems"):
-        command.stamp(cfg, FIRST)  # tables from the old create_all are revision FIRST: keep them and their rows
-    command.upgrade(cfg, "head")
+    try:
+        if current is None and inspect(connection).has_table("problems"):
+            command.stamp(cfg, FIRST)  # tables from the old create_all are revision FIRST: keep them and their rows
+        command.upgrade(cfg, "head")
+    except CommandError as exc:
+        raise MigrationError(str(exc)) from exc

@@ -48,6 +48,15 @@ def candidate_line(c: Candidate, run_id: int | None = None) -> dict:
             "completion_tokens": c.usage.completion_tokens, "cost_usd": c.cost_usd}
 
 
+def verdict_line(c: Candidate) -> str:
+    """One judged answer for a reader, as it comes: where it sits in the run, its verdict, its SHA prefix."""
+    v = c.verdict
+    speed = f" {v.speedup:.2f}x" if v and v.speedup is not None else ""
+    said = " (taken back)" if c.taken_back else f" (as {c.duplicate_of[:8]})" if c.duplicate_of else ""
+    sha = f"  {v.solution_sha256[:8]}" if v and v.solution_sha256 else ""
+    return f"kforge: {c.problem} turn {c.turn} sample {c.sample} [{c.model}]: {c.status}{speed}{said}{sha}"
+
+
 def summary_line(database: Database, run_id: int, results: list[RunResult], reason: str | None) -> dict:
     """The object `--json` ends with: how the run ended, its spend by problem and model, each problem's best."""
     spend = [row.model_dump(exclude={"run_id"}) for row in database.spend(by=("problem", "model"), run_id=run_id)]
@@ -250,6 +259,8 @@ def run_all(provider: Provider | list[Provider], database: Database, settings: E
             progress.update(task, advance=1, description=f"{c.problem} turn {c.turn} sample {c.sample}: {c.status if kind == 'judged' else 'answered'}")
             if kind == "judged" and json_out:
                 print(json.dumps(candidate_line(c, run_id)), flush=True)
+            elif kind == "judged":
+                progress.console.print(verdict_line(c), markup=False, highlight=False, soft_wrap=True)
 
         loop = Loop(provider, database, settings, config, events=on_event, run_id=run_id, meter=meter)
         say_compile_plan(settings)

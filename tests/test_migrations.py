@@ -52,7 +52,7 @@ def old_run(solution_id: int, status: str, speedup: float | None = None, device_
 
 def test_new_database_is_at_head_with_no_drift(url: str) -> None:
     Database(url).close()
-    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.head(),)]
+    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.HEAD,)]
     # the developer's `alembic -x url=... check`, through pyproject.toml and env.py
     check = subprocess.run([sys.executable, "-m", "alembic", "-x", f"url={url}", "check"], cwd=REPO, capture_output=True,
                            text=True, timeout=120)  # fmt: skip
@@ -69,7 +69,7 @@ def test_first_schema_with_rows_is_upgraded_to_head(url: str, made_by: str) -> N
     sql(url, "INSERT INTO problems (name, level, path, sha256, created_at) VALUES ('relu', 1, 'p', 'h', '2024-01-01')")
     with Database(url) as db:
         assert db.upsert_problem("relu", 1, "p", "h") == 1  # the old row, not a new one
-    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.head(),)]
+    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.HEAD,)]
 
 
 def test_evaluations_stored_at_the_first_schema_are_tallied(url: str) -> None:
@@ -124,7 +124,7 @@ def test_many_processes_opening_a_new_database(url: str) -> None:
     opener = "import sys; from db import Database; Database(sys.argv[1]).upsert_problem('relu', 1, 'p', 'h')"
     procs = [subprocess.Popen([sys.executable, "-c", opener, url], cwd=REPO) for _ in range(8)]
     assert [p.wait(120) for p in procs] == [0] * 8
-    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.head(),)]
+    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.HEAD,)]
     assert sql(url, "SELECT count(*) FROM problems") == [(1,)]
 
 
@@ -147,7 +147,7 @@ def test_generations_stored_before_runs_keep_their_rows(url: str) -> None:
                           prompt_tokens=5, completion_tokens=6, cost_usd=0.5, run_id=run_id, sample=1, island=0)
         assert [(s.run_id, s.calls, s.cost_usd, s.unpriced) for s in db.spend(by=("run_id",))] == [
             (None, 1, 0.0, 1), (run_id, 1, 0.5, 0)]
-    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.head(),)]
+    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.HEAD,)]
 
 
 def test_a_call_stored_with_one_parent_keeps_it_as_its_first(url: str) -> None:
@@ -166,4 +166,17 @@ def test_a_call_stored_with_one_parent_keeps_it_as_its_first(url: str) -> None:
                                  prompt_kind="crossover", parent_generation_ids=[2, 1])
         crossover = db.get_generation(both)
         assert (crossover.parent_generation_id, crossover.parent_generation_ids) == (2, [2, 1])
-    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.head(),)]
+    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.HEAD,)]
+
+
+def test_the_declared_head_is_alembics_and_an_up_to_date_database_opens_without_alembic(tmp_path):
+    """migrate.HEAD stands for the revision files' head, so opening a current database (every command's first
+    step) reads one row and imports no alembic: a stored verdict comes back in well under a second."""
+    from alembic.script import ScriptDirectory
+
+    assert migrate.HEAD == ScriptDirectory.from_config(migrate.config()).get_current_head()
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    Database(url).close()  # created and migrated
+    probe = f"import sys\nfrom db import Database\nDatabase({url!r}).close()\nprint(sorted(m for m in sys.modules if m.startswith('alembic')))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr

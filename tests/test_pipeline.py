@@ -4,6 +4,7 @@ real evaluator (compile-heavy tests are marked slow; they still run in CI)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,19 @@ def test_replay_of_the_seeds_reproduces_the_seed_solutions(tmp_path):
             assert Path(line["path"]).read_bytes() == expected, transcript.name
             assert line["status"] == ("truncated" if transcript.stem.startswith("003") else "skipped")
     assert not (tmp_path / "builds").exists()
+
+
+def test_without_json_each_judged_answer_is_a_line_as_it_comes(tmp_path):
+    """A reader (or a log, stdout piped) sees every verdict of the run, not only a progress bar's last word."""
+    app = typer.Typer()
+    app.command("generate")(generate)
+    args = ["--problem", "conv1d,matmul_maxpool_sum_scale", "--samples", "2", "--replay", str(SEEDS), "--device", "cpu",
+            "--size", "small", "--db", f"sqlite:///{tmp_path / 'kforge.db'}", "--out", str(tmp_path / "generations")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    said = re.findall(r"^kforge: (\w+) turn 0 sample (\d) \[[^\]]+\]: (\w+)  ([0-9a-f]{8})$", result.output, re.M)
+    assert sorted((p, s, st) for p, s, st, _ in said) == [
+        ("conv1d", "0", "skipped"), ("conv1d", "1", "skipped"), ("matmul_maxpool_sum_scale", "0", "truncated")], result.output
 
 
 def test_replay_without_recordings_is_one_clear_error(tmp_path):
