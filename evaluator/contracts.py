@@ -37,12 +37,13 @@ class Status(str, enum.Enum):
     LEAK = "leak"
     CHEAT = "cheat"  # caught gaming the judge
     REFERENCE_ERROR = "reference_error"  # kforge's side failed (the problem's reference): no verdict on the candidate
+    KFORGE_ERROR = "kforge_error"  # kforge's own step in the candidate's child failed (out of memory copying its outputs)
     CORRECT = "correct"
 
     @property
     def kforge_failed(self) -> bool:
         """kforge's own side failed, not the candidate: the command says so and exits 1."""
-        return self is Status.REFERENCE_ERROR
+        return self in (Status.REFERENCE_ERROR, Status.KFORGE_ERROR)
 
     @property
     def reusable(self) -> bool:
@@ -219,6 +220,7 @@ class Evidence(BaseModel):
     mismatch: Mismatch | None = None
     max_abs_err: float | None = None
     tolerance_used: float | None = None  # max |got - exp| / (atol + rtol * |exp|) over all checks: 1.0 is the limit
+    size: str = ""  # the size that ran (Problem.size_label): full, small, or small (derived) with the constants it set
     precision: Precision | None = None  # the dtype the inputs and models were cast to (EvalSettings.precision)
     atol: float | None = None  # the tolerance outputs were held to at that precision (EvalSettings.tolerance)
     rtol: float | None = None
@@ -274,6 +276,7 @@ class Verdict(BaseModel):
         kw.setdefault("device_name", device_name(settings.device))
         evidence = kw.setdefault("evidence", Evidence())
         evidence.language = evidence.language or settings.language_of(job.text)
+        evidence.size = job.problem.size_label(settings.size)
         evidence.precision = settings.precision
         evidence.atol, evidence.rtol = settings.tolerance(job.problem)
         return cls(status=status, problem=job.problem.name, solution_sha256=job.sha256, solution_path=str(job.path),

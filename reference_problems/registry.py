@@ -13,9 +13,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
+from reference_problems import sizes
+
 PROBLEM_DIR = Path(__file__).resolve().parent
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 LEVEL_DIR = re.compile(r"level(\d+)")  # KernelBench's layout: level1/NN_name.py
+_CODE = {"registry.py", "sizes.py"}  # this package's own modules, not problems
 
 
 class ProblemError(ValueError):
@@ -29,7 +32,7 @@ class ProblemMeta(BaseModel):
     level: int = 1
     atol: float = Field(1e-4, gt=0)
     rtol: float = Field(1e-4, ge=0)
-    small: dict[str, int | float] = Field(
+    small: dict[str, int | float | list[int | float]] = Field(
         default_factory=dict, description="module globals overridden for the small (CPU-test) size"
     )
     description: str = ""
@@ -44,6 +47,8 @@ class Problem(BaseModel):
     meta: ProblemMeta
     path: Path
     sha256: str
+    small_derived: bool = False  # the file declares no small size: meta.small was derived from its shapes (sizes.py)
+    no_small: str = ""  # the file declares no small size, and why none could be derived
 
     @property
     def name(self) -> str:
@@ -53,8 +58,22 @@ class Problem(BaseModel):
         return self.path.read_text()
 
     def overrides(self, size: str) -> dict:
-        """The module globals that resize the problem to `size` (none at its own, full size)."""
-        return self.meta.small if size == "small" else {}
+        """The module globals that resize the problem to `size` (none at its own, full size). A problem with no
+        small size is refused, never run at full size under the name small."""
+        if size != "small":
+            return {}
+        if self.no_small:
+            raise ProblemError(f"problem '{self.name}' declares no small size and none can be derived from its shapes "
+                               f"({self.no_small}): give its KFORGE_META a \"small\" entry, or use --size full")
+        return self.meta.small
+
+    def size_label(self, size: str) -> str:
+        """The size that runs, as a verdict names it: `full`, `small`, or `small (derived)`, with the constants set."""
+        if size != "small":
+            return size
+        label = "small (derived)" if self.small_derived else "small"
+        shapes = ", ".join(f"{k}={v}" for k, v in self.meta.small.items())
+        return f"{label}: {shapes or 'its own size fits'}" if self.small_derived or shapes else label
 
 
 def _meta_literal(tree: ast.Module) -> dict | None:
@@ -102,7 +121,15 @@ def load_problem_file(path: Path) -> Problem:
         meta = ProblemMeta(**({"name": path.stem, "level": _folder_level(path)} | (_meta_literal(tree) or {})))
     except (ValidationError, ValueError) as exc:
         raise ProblemError(f"bad KFORGE_META in {path.name}: {exc}") from None
-    return Problem(meta=meta, path=path, sha256=hashlib.sha256(raw).hexdigest())
+    sized = {} if meta.small else _derived_small(tree)
+    return Problem(meta=meta.model_copy(update={"small": sized.get("small", meta.small)}), path=path,
+                   sha256=hashlib.sha256(raw).hexdigest(), **{k: v for k, v in sized.items() if k != "small"})
+
+
+def _derived_small(tree: ast.Module) -> dict:
+    """A small size for a file that declares none (KernelBench's): derived from its shapes, or why it cannot be."""
+    small, why = sizes.derive_small(tree)
+    return {"no_small": why} if why else {"small": small, "small_derived": True}
 
 
 def _level_files(root: Path) -> list[Path]:
@@ -112,7 +139,7 @@ def _level_files(root: Path) -> list[Path]:
 
 def list_problems(user_dir: Path | None = None) -> list[Problem]:
     """Every problem in reference_problems/ and the user problem dir, sorted by level then name."""
-    files = [p for p in PROBLEM_DIR.glob("*.py") if not p.name.startswith("_") and p.name != "registry.py"]
+    files = [p for p in PROBLEM_DIR.glob("*.py") if not p.name.startswith("_") and p.name not in _CODE]
     user = user_problem_dir(user_dir)
     files += _level_files(user) if user.is_dir() else []
     return sorted((load_problem_file(p) for p in files), key=lambda p: (p.meta.level, _natural(p.name)))

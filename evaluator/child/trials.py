@@ -6,9 +6,11 @@ Every tensor operation of the harness itself runs under guard.trusted() and thro
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
+import resource
 import time
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +28,46 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16} 
 # This child's precision: set once from its request (set_precision) before any problem or candidate code runs;
 # the guard holds a harness module's dtype values, so a candidate cannot reassign it.
 dtype = torch.float32
+
+
+class KforgeFailure(RuntimeError):
+    """kforge's own work in the child ran out of memory or could not write (a copy of the outputs, their handoff,
+    a checksum), not the candidate's code. The parent holds it as kforge's failure once the candidate's trials
+    passed (evaluator/verdict/rules.py): the child's word alone never turns a failure into one of kforge's."""
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """torch's CPU allocator raises RuntimeError ("can't allocate memory"), CUDA's OutOfMemoryError, Python MemoryError."""
+    text = str(exc)
+    return isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in text \
+        or "out of memory" in text.lower()
+
+
+def _limit() -> str:
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return "" if soft == resource.RLIM_INFINITY else f" under the child's {soft / 2**20:,.0f} MB limit"
+
+
+@contextlib.contextmanager
+def own(what: str, size: int = 0):
+    """One of kforge's own steps in the child: an out-of-memory (or, for the write, an OSError) comes back as
+    KforgeFailure, saying which step, how many bytes it handled and the limit. Any other error passes as it is:
+    on CUDA it may be the candidate's kernel faulting asynchronously, reported at kforge's next call."""
+    try:
+        yield
+    except KforgeFailure:
+        raise
+    except Exception as exc:
+        if isinstance(exc, OSError) and what == _WRITE:
+            why = exc.strerror or str(exc)
+        elif _out_of_memory(exc):
+            why = f"out of memory{_limit() or ': ' + (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]}"
+        else:
+            raise
+        raise KforgeFailure(f"kforge's own {what} ({size / 1e9:.3g} GB) failed: {why}") from exc
+
+
+_WRITE = "write of the outputs for the comparer"
 
 
 def set_precision(precision: str) -> None:
@@ -161,13 +203,13 @@ def _checksum(t: torch.Tensor) -> int:
 
 def fingerprint(tensors: list) -> list[int]:
     """Detects a candidate that writes into its inputs (_checksum: any one changed element or swapped pair)."""
-    with trusted():
+    with trusted(), own("checksum of the inputs", nbytes(tensors)):
         return [_checksum(t) if isinstance(t, torch.Tensor) else 0 for t in tensors]
 
 
 def snapshot(outputs: list) -> list:
     """Copies of the plain-tensor outputs as they are now (stream-ordered on CUDA); None for anything else."""
-    with trusted():
+    with trusted(), own("copy of the outputs", nbytes(outputs)):
         return [_T.clone(o) if _is_plain(o) else None for o in outputs]
 
 
@@ -191,7 +233,7 @@ def save_outputs(outputs: list, fd: int) -> list[dict]:
     """The raw bytes of the plain CPU-tensor outputs, back to back: no pickling. The description returned, which
     goes over the result channel, is what the comparer reads them back by; nothing of the candidate's objects
     crosses over."""
-    with trusted():
+    with trusted(), own(_WRITE, nbytes(outputs)):
         for raw in map(_raw_bytes, outputs):
             if raw is not None and _T.numel(raw) and _T.device.__get__(raw).type == "cpu":
                 _write(fd, raw)
@@ -216,7 +258,7 @@ def handoff(out_dir: Path, device: str, send: Callable[[str, list[dict]], None])
                 os.close(fd)
             send(name, glimpsed)
             return described
-        with trusted():
+        with trusted(), own("handoff of the outputs", nbytes(tensors)):
             raws = [_raw_bytes(o) for o in tensors]
             torch.cuda.synchronize()
             shared = [meta | {"ipc": ipc.export(_T.data_ptr(raw))} if raw is not None and _T.numel(raw)

@@ -19,7 +19,7 @@ from evaluator.sandbox.gpumemory import MARKS, ProcessMemory
 from evaluator.sandbox.results import ChildResult
 from evaluator.statistics import summarize
 from evaluator.child.timing import method_name
-from evaluator.child.trials import timed_rep
+from evaluator.child.trials import KforgeFailure, timed_rep
 from evaluator.verdict.case import Case, Outcome, Reference, answers, cheat, harness_call
 from evaluator.verdict.checks import Checks
 from evaluator.verdict.pacing import Paired
@@ -82,7 +82,27 @@ def _caught_in_child(case: Case) -> Outcome | None:
 
 
 def _ended(case: Case) -> Outcome | None:
-    return ended_badly(case.result, case.settings.limits.timeout_s, case.ref.max_input_numel)
+    outcome = ended_badly(case.result, case.settings.limits.timeout_s, case.ref.max_input_numel)
+    error = case.result.last("error")
+    if outcome is None or outcome.status is not Status.RUNTIME_ERROR or not error \
+            or error.get("exc_type") != KforgeFailure.__name__:
+        return outcome
+    return _kforge_failed(case, outcome)
+
+
+def _kforge_failed(case: Case, outcome: Outcome) -> Outcome:
+    """kforge's own step in the candidate's child failed (trials.own: out of memory copying or handing over its
+    outputs). The child's word is believed only of a candidate its trials showed correct, with a kernel of its
+    own: anything in that process could have written the error, and a forged one must not hide a wrong candidate
+    from its verdict. Before that, it is the candidate's run that failed."""
+    said = outcome.evidence.cause.removeprefix(f"{KforgeFailure.__name__}: ")
+    if case.result.read(Trials) is None:
+        outcome.evidence.cause = f"{said}, before the candidate's trials passed: counted as its run's failure"
+        return outcome
+    if found := _trials(case) or _kernel(case):
+        return found
+    return Outcome(Status.KFORGE_ERROR, outcome.evidence.model_copy(update={
+        "cause": f"{said}: kforge's failure, not the candidate's (its trials had passed); a smaller --size needs less"}))
 
 
 def _trials(case: Case) -> Outcome | None:
