@@ -6,11 +6,9 @@ Every tensor operation of the harness itself runs under guard.trusted() and thro
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
 import os
-import resource
 import time
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +17,7 @@ from typing import Callable
 import torch
 
 from evaluator.child import ipc, timing
+from evaluator.child.failures import WRITE, own
 from evaluator.child.guard import trusted
 
 _T = torch._C.TensorBase
@@ -28,46 +27,6 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16} 
 # This child's precision: set once from its request (set_precision) before any problem or candidate code runs;
 # the guard holds a harness module's dtype values, so a candidate cannot reassign it.
 dtype = torch.float32
-
-
-class KforgeFailure(RuntimeError):
-    """kforge's own work in the child ran out of memory or could not write (a copy of the outputs, their handoff,
-    a checksum), not the candidate's code. The parent holds it as kforge's failure once the candidate's trials
-    passed (evaluator/verdict/rules.py): the child's word alone never turns a failure into one of kforge's."""
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    """torch's CPU allocator raises RuntimeError ("can't allocate memory"), CUDA's OutOfMemoryError, Python MemoryError."""
-    text = str(exc)
-    return isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in text \
-        or "out of memory" in text.lower()
-
-
-def _limit() -> str:
-    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-    return "" if soft == resource.RLIM_INFINITY else f" under the child's {soft / 2**20:,.0f} MB limit"
-
-
-@contextlib.contextmanager
-def own(what: str, size: int = 0):
-    """One of kforge's own steps in the child: an out-of-memory (or, for the write, an OSError) comes back as
-    KforgeFailure, saying which step, how many bytes it handled and the limit. Any other error passes as it is:
-    on CUDA it may be the candidate's kernel faulting asynchronously, reported at kforge's next call."""
-    try:
-        yield
-    except KforgeFailure:
-        raise
-    except Exception as exc:
-        if isinstance(exc, OSError) and what == _WRITE:
-            why = exc.strerror or str(exc)
-        elif _out_of_memory(exc):
-            why = f"out of memory{_limit() or ': ' + (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]}"
-        else:
-            raise
-        raise KforgeFailure(f"kforge's own {what} ({size / 1e9:.3g} GB) failed: {why}") from exc
-
-
-_WRITE = "write of the outputs for the comparer"
 
 
 def set_precision(precision: str) -> None:
@@ -233,7 +192,7 @@ def save_outputs(outputs: list, fd: int) -> list[dict]:
     """The raw bytes of the plain CPU-tensor outputs, back to back: no pickling. The description returned, which
     goes over the result channel, is what the comparer reads them back by; nothing of the candidate's objects
     crosses over."""
-    with trusted(), own(_WRITE, nbytes(outputs)):
+    with trusted(), own(WRITE, nbytes(outputs)):
         for raw in map(_raw_bytes, outputs):
             if raw is not None and _T.numel(raw) and _T.device.__get__(raw).type == "cpu":
                 _write(fd, raw)

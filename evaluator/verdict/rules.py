@@ -19,7 +19,8 @@ from evaluator.sandbox.gpumemory import MARKS, ProcessMemory
 from evaluator.sandbox.results import ChildResult
 from evaluator.statistics import summarize
 from evaluator.child.timing import method_name
-from evaluator.child.trials import KforgeFailure, timed_rep
+from evaluator.child.failures import KforgeFailure
+from evaluator.child.trials import timed_rep
 from evaluator.verdict.case import Case, Outcome, Reference, answers, cheat, harness_call
 from evaluator.verdict.checks import Checks
 from evaluator.verdict.pacing import Paired
@@ -91,7 +92,7 @@ def _ended(case: Case) -> Outcome | None:
 
 
 def _kforge_failed(case: Case, outcome: Outcome) -> Outcome:
-    """kforge's own step in the candidate's child failed (trials.own: out of memory copying or handing over its
+    """kforge's own step in the candidate's child failed (failures.own: out of memory copying or handing over its
     outputs). The child's word is believed only of a candidate its trials showed correct, with a kernel of its
     own: anything in that process could have written the error, and a forged one must not hide a wrong candidate
     from its verdict. Before that, it is the candidate's run that failed."""
