@@ -120,3 +120,40 @@ def test_a_binding_of_declarations_builds_lean_and_one_the_lean_set_lacks_builds
     built, ninja = build_steps(build)["main.o"], (build / "build.ninja").read_text()
     assert _load(SET / "softmax_rows.cu", build, lacking) == ["lean"]  # the candidate's child: the same build, no rebuild
     assert build_steps(build)["main.o"] == built and (build / "build.ninja").read_text() == ninja
+
+
+# -- a C++ main.cpp with code of its own (a CPU kernel, a CUDA launcher) ------------------------------------------
+
+def test_a_main_cpp_with_code_is_built_lean_unless_it_needs_more():
+    body = "torch::Tensor f(torch::Tensor x) { return torch::empty_like(x); }"
+    assert lean_headers.lean_code(body, ["f"], ["-O3", "-fopenmp"]) == body
+    assert lean_headers.lean_code([body, "int g() { return 1; }"], ["f"], None) is not None
+    assert lean_headers.lean_code(body, None, []) is None  # no functions: it binds itself, with pybind11
+    assert lean_headers.lean_code("#include <torch/torch.h>\n" + body, ["f"], []) is None
+    assert lean_headers.lean_code(body, ["f"], ["-I/elsewhere"]) is None
+    text = lean_headers.main_header(lean_headers.operators_called(body), parallel=True)
+    assert "#include <ATen/ops/empty_like.h>" in text and "#include <ATen/Parallel.h>" in text
+    assert "#include <torch/csrc/utils/pybind.h>" in text  # the binding load_inline appends
+
+
+# Its code indexes with at::indexing::Slice, which torch/extension.h gives and the lean set does not.
+SLICING = (ROOT / "solutions" / "scale_bias_hardswish" / "cpu_fused_o3.py").read_text().replace(
+    "    x = x.contiguous();", "    x = x.index({at::indexing::Slice(0, x.size(0))}).contiguous();").replace(
+    "kforge_cpu_fused_o3", "kforge_lean_slicing")
+
+
+def test_a_cpp_candidate_builds_lean_and_one_needing_more_builds_as_written_with_the_same_verdict(tmp_path, build_root):
+    from evaluator import CandidateJob, EvalSettings, Status, evaluate
+    from reference_problems import resolve_problem
+
+    folder = tmp_path / "scale_bias_hardswish"
+    folder.mkdir()
+    (folder / "slicing.py").write_text(SLICING)
+    paths = [ROOT / "solutions" / "scale_bias_hardswish" / "cpu_fused_o3.py", folder / "slicing.py"]
+    settings = EvalSettings(device="cpu", size="small", trials=2, timing=False, jobs=2, build_root=build_root)
+    verdicts = evaluate([CandidateJob(path=p, problem=resolve_problem("scale_bias_hardswish")) for p in paths], settings)
+    lean, slicing = sorted(verdicts, key=lambda v: Path(v.solution_path).name)  # cpu_fused_o3.py, slicing.py
+    assert lean.status is Status.CORRECT and lean.evidence.build_headers == ["main.cpp lean"], lean.evidence
+    assert slicing.status is Status.CORRECT, slicing.evidence
+    (said,) = slicing.evidence.build_headers
+    assert said.startswith("main.cpp full: the lean build failed (main.cpp:") and "indexing" in said, said

@@ -21,15 +21,21 @@ from evaluator.child import precompiled
 from evaluator.parent.batch import build_key
 from reference_problems import resolve_problem
 
-FUSED = SOLUTIONS / "scale_bias_hardswish" / "cpu_fused_o3.py"
+# The fused CPU solution as it would be if it included torch/torch.h: its main.cpp then needs torch's full
+# headers (evaluator/child/lean_headers.py), so it is built with the precompiled one.
+FUSED_FULL = (SOLUTIONS / "scale_bias_hardswish" / "cpu_fused_o3.py").read_text().replace(
+    "#include <torch/extension.h>", "#include <torch/torch.h>").replace("kforge_cpu_fused_o3", "kforge_pch_fused")
 
-RELU_O0 = COMPILED_RELU.replace("kforge_survival_relu", "kforge_pch_relu_o0").replace('"-O3"', '"-O0"')
+RELU_O0 = COMPILED_RELU.replace("kforge_survival_relu", "kforge_pch_relu_o0").replace('"-O3"', '"-O0"').replace(
+    "#include <torch/extension.h>", "#include <torch/torch.h>")  # full headers: a build the precompiled one is for
 
 
 # -- without a compiler run -------------------------------------------------------------------------------------
 
 def test_flag_sets_are_read_from_literal_load_inline_calls():
-    assert precompiled.predicted_builds(FUSED.read_text()) == [(("-O3", "-fopenmp"), False, False)]  # a body in main.cpp
+    assert precompiled.predicted_builds(FUSED_FULL) == [(("-O3", "-fopenmp"), False, False)]  # a body needing torch's all
+    lean = (SOLUTIONS / "scale_bias_hardswish" / "cpu_fused_o3.py").read_text()
+    assert precompiled.predicted_builds(lean) == []  # a body built against a lean header of its own: nothing to precompile
     aliased = ("from torch.utils.cpp_extension import load_inline as li\nFLAGS = ['-O2']\n"
                "m = li('a', cpp_sources='', cuda_sources='__global__ void k(){}', extra_cflags=FLAGS)\n")
     assert precompiled.predicted_builds(aliased) == [(("-O2",), True, False)]  # no functions: nothing to bind
@@ -112,19 +118,23 @@ def _main_o_builds(build_dir: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def fused(root) -> Verdict:
-    """The fused CPU solution evaluated once in the module's build root: the parent builds its -O3 -fopenmp
-    precompiled header before the compile, so the .gch is there for whichever test asks for this first."""
-    (verdict,) = evaluate([CandidateJob(path=FUSED, problem=resolve_problem("scale_bias_hardswish"))], _settings(root))
-    return verdict
+def fused(root, tmp_path_factory) -> tuple[Verdict, Path]:
+    """The fused CPU solution (full headers) evaluated once in the module's build root: the parent builds its
+    -O3 -fopenmp precompiled header before the compile, so the .gch is there for whichever test asks first."""
+    path = tmp_path_factory.mktemp("fused") / "scale_bias_hardswish" / "fused_full.py"
+    path.parent.mkdir()
+    path.write_text(FUSED_FULL)
+    (verdict,) = evaluate([CandidateJob(path=path, problem=resolve_problem("scale_bias_hardswish"))], _settings(root))
+    return verdict, path
 
 
 @pytest.mark.slow
 def test_real_compile_uses_the_precompiled_header_built_with_its_exact_flags(root, fused):
-    assert fused.status is Status.CORRECT, fused.evidence
+    verdict, path = fused
+    assert verdict.status is Status.CORRECT, verdict.evidence
 
     v = precompiled.variant(root, ["-O3", "-fopenmp"], False)
-    build_dir = _build_dir(root, FUSED, "kforge_cpu_fused_o3_scale_bias_hardswish")
+    build_dir = _build_dir(root, path, "kforge_pch_fused_scale_bias_hardswish")
     assert v.gch.is_file() and v.gch.stat().st_size > 10**8
     cflags = _cflags(build_dir)
     assert cflags[-1] == v.include_flag
@@ -142,7 +152,7 @@ def test_real_compile_uses_the_precompiled_header_built_with_its_exact_flags(roo
 @pytest.mark.slow
 def test_a_precompiled_header_with_other_flags_is_ignored_and_the_build_is_still_right(root, fused, tmp_path):
     built = precompiled.variant(root, ["-O3", "-fopenmp"], False)
-    assert fused.status is Status.CORRECT and built.gch.is_file(), fused.evidence  # the real .gch linked in below
+    assert fused[0].status is Status.CORRECT and built.gch.is_file(), fused[0].evidence  # the real .gch linked in below
     candidate = tmp_path / "relu_o0.py"
     candidate.write_text(RELU_O0)
     v = precompiled.variant(root, ["-O0"], False)

@@ -37,8 +37,10 @@ import torch.utils.cpp_extension as cpp_extension
 from evaluator.diagnose import first_error
 
 DIRECTORY = "kforge_lean"
-VERSION = "lean-2"  # part of the build cache's key: a build made another way is another build
+VERSION = "lean-3"  # part of the build cache's key: a build made another way is another build
 _FULL_MARKER = "full"
+MAIN_FULL = "main-full"  # a lean build of this extension's main.cpp failed: it is built as written from then on
+_PARALLEL = re.compile(r"\bparallel_(for|reduce)\b")
 _UMBRELLAS = ("torch/extension.h", "torch/types.h")
 _NEEDS_FULL = re.compile(r"\b(pybind11|PYBIND11_\w+|py::|requires_grad|TORCH_LIBRARY\w*)|\btorch::(nn|autograd|jit|optim|data|"
                          r"python|serialize|cuda|tensor|Library|save|load|NoGradGuard|InferenceMode)\b")
@@ -109,10 +111,17 @@ def lean_header(ops: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def main_header(ops: list[str], parallel: bool = False) -> str:
+    """The lean torch/extension.h of a load_inline main.cpp: the lean set for the code in its cpp_sources (and
+    ATen/Parallel.h, which torch/extension.h gives, when it calls at::parallel_for), then pybind11 with torch's
+    casters (torch::wrap_pybind_function included), for the binding load_inline appends."""
+    return (lean_header(ops) + ("#include <ATen/Parallel.h>\n" if parallel else "")
+            + "#include <torch/csrc/utils/pybind.h>\n#include <torch/csrc/Exceptions.h>\n")
+
+
 def binding_header() -> str:
-    """The lean torch/extension.h of a load_inline main.cpp that only declares its functions: the Tensor type and
-    pybind11 with torch's casters (torch::wrap_pybind_function included), none of torch's C++ API."""
-    return lean_header([]) + "#include <torch/csrc/utils/pybind.h>\n#include <torch/csrc/Exceptions.h>\n"
+    """The lean torch/extension.h of a main.cpp that only declares its functions: none of torch's C++ API."""
+    return main_header([])
 
 
 def declarations_only(cpp_sources) -> bool:
@@ -123,6 +132,33 @@ def declarations_only(cpp_sources) -> bool:
         return False
     code = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
     return "{" not in code and "#define" not in code and why_full(code, []) is None
+
+
+def lean_code(cpp_sources, functions, extra_cflags) -> str | None:
+    """The code of a load_inline main.cpp that may build against a lean header of its own (a C++ kernel, a CUDA
+    launcher), or None when it is built as written: no functions to bind, code that needs the full headers, flags
+    that move headers."""
+    text = cpp_sources if isinstance(cpp_sources, str) else \
+        "\n".join(cpp_sources) if isinstance(cpp_sources, (list, tuple)) and all(isinstance(c, str) for c in cpp_sources) else None
+    flags = extra_cflags or []
+    if not text or functions is None or not isinstance(flags, (list, tuple)) or why_full(text, [str(f) for f in flags]):
+        return None
+    return text
+
+
+def main_flag(arguments: dict) -> str | None:
+    """The -I flag of the lean header written for a main.cpp's own code into the build's lean directory (None:
+    built as written). Its operators' headers go beside it, as for a .cu."""
+    text = None if arguments.get("no_implicit_headers") else \
+        lean_code(arguments.get("cpp_sources"), arguments.get("functions"), arguments.get("extra_cflags"))
+    if text is None:
+        return None
+    ops = operators_called(text)
+    main = build_directory(arguments) / DIRECTORY / "main"
+    _write_if_changed(main / "torch" / "extension.h", main_header(ops, bool(_PARALLEL.search(text))))
+    for op in ops:
+        _write_if_changed(main / "ATen" / "ops" / f"{op}.h", _operator_header(op))
+    return f"-I{main}"
 
 
 def _write_if_changed(path: Path, text: str) -> None:
@@ -144,7 +180,9 @@ def build_directory(arguments: dict) -> Path:
 def _lean_flag(arguments: dict) -> tuple[str | None, str]:
     """(the -I flag for a lean build or None, why not)."""
     sources = arguments.get("cuda_sources")
-    if not sources or arguments.get("no_implicit_headers") or arguments.get("with_sycl"):
+    if not sources:
+        return None, ""  # no .cu: nothing to say (main.cpp's build is precompiled.Headers')
+    if arguments.get("no_implicit_headers") or arguments.get("with_sycl"):
         return None, "full: not a plain load_inline .cu"
     source = sources if isinstance(sources, str) else "\n".join(sources)
     if reason := why_full(source, list(arguments.get("extra_cuda_cflags") or [])):
@@ -186,7 +224,7 @@ def install() -> None:
         except Exception as exc:  # noqa: BLE001 - let torch report a bad call exactly as it would have
             flag, how = None, f"full: {type(exc).__name__}"
         if flag is None:
-            builds.append(how)
+            builds.extend([how] if how else [])
             return loader(*args, **kwargs)
         bound.arguments["extra_cuda_cflags"] = [*(bound.arguments.get("extra_cuda_cflags") or []), flag]
         try:

@@ -61,11 +61,10 @@ _INCLUDE_ENV = ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "GCC_EXEC_PREFI
                 "SUNPRO_DEPENDENCIES")
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+=,:-]+$")  # torch pastes extra_cflags into build.ninja unquoted
 _MAIN_FAILED = re.compile(r"FAILED: (\[code=\d+\] )?main\.o\b")  # ninja's line for the binding's object
-_BINDING_FULL = "binding-full"  # in a build's lean directory: its binding failed lean, so it is built as written
 _PLAIN_WORD = re.compile(r"^[A-Za-z0-9_=+,.:/%-]+$")  # no shell or ninja syntax: the .gch build runs them verbatim
 
 
-builds: list[str] = []  # how each lean binding of this process went: "main.cpp lean binding" or "main.cpp full: why"
+builds: list[str] = []  # how each lean main.cpp of this process went: "main.cpp lean binding", "main.cpp lean" or "main.cpp full: why"
 
 
 @dataclass(frozen=True)
@@ -217,6 +216,15 @@ def _binds_declarations(args: dict, assigned: dict[str, ast.AST]) -> bool:
         return False
 
 
+def _lean_code(args: dict, assigned: dict[str, ast.AST]) -> bool:
+    """Whether a load_inline call's main.cpp holds code that builds lean (Headers.include_flag decides it the same way)."""
+    try:
+        return lean_headers.lean_code(_literal(args.get("cpp_sources"), assigned), _literal(args.get("functions"), assigned),
+                                      _literal(args.get("extra_cflags"), assigned)) is not None
+    except (ValueError, TypeError, SyntaxError):
+        return False
+
+
 def predicted_builds(source: str) -> list[tuple[tuple[str, ...], bool, bool]]:
     """(extra_cflags, with_cuda, binding) of each load_inline call whose arguments are literals (or names
     assigned a literal at module level), in the candidate's source. Others are simply not predicted."""
@@ -251,7 +259,10 @@ def predicted_builds(source: str) -> list[tuple[tuple[str, ...], bool, bool]]:
                 with_cuda = _cuda_sources_given(args.get("cuda_sources"), assigned)
         except (TypeError, ValueError, SyntaxError):
             continue
-        build = (flags, bool(with_cuda), _binds_declarations(args, assigned))
+        binding = _binds_declarations(args, assigned)
+        if not binding and _lean_code(args, assigned):
+            continue  # its main.cpp builds against a lean header of its own: no precompiled header to build
+        build = (flags, bool(with_cuda), binding)
         if flags is not None and build not in found:
             found.append(build)
     return found
@@ -272,32 +283,36 @@ class Headers:
             loader = getattr(cpp_extension, name)
             setattr(cpp_extension, name, self._injecting(loader, inline=name == "load_inline"))
 
-    def include_flag(self, arguments: dict, inline: bool) -> tuple[str | None, bool]:
-        """The flag to add for a call with these (bound) arguments (or None), and whether it is the lean binding's."""
+    def include_flag(self, arguments: dict, inline: bool) -> tuple[str | None, str]:
+        """The flag to add for a call with these (bound) arguments (or None), and which lean main.cpp it builds
+        ('binding', 'code', or '' for torch's own header, precompiled)."""
         if arguments.get("extra_include_paths") or arguments.get("sycl_sources") or arguments.get("with_sycl") \
                 or arguments.get("is_standalone"):
-            return None, False
+            return None, ""
         with_cuda = arguments.get("with_cuda")
         if with_cuda is None:  # as torch decides it
             sources = arguments.get("sources") or []
             with_cuda = bool(arguments.get("cuda_sources")) if inline else \
                 any(map(cpp_extension._is_cuda_file, [sources] if isinstance(sources, str) else sources))
-        if self.binds_declarations(arguments, inline):
-            v = variant(self.root, arguments.get("extra_cflags"), bool(with_cuda), binding=True)
-            if v and _header_in_place(v):  # published by the parent: without it gcc would quietly read torch's
-                return v.include_flag, True
+        if inline and not self._main_failed(arguments).exists():
+            if self.binds_declarations(arguments, inline):
+                v = variant(self.root, arguments.get("extra_cflags"), bool(with_cuda), binding=True)
+                if v and _header_in_place(v):  # published by the parent: without it gcc would quietly read torch's
+                    return v.include_flag, "binding"
+            elif _safe_words(arguments.get("extra_cflags")) is not None and (flag := lean_headers.main_flag(arguments)):
+                return flag, "code"
         v = variant(self.root, arguments.get("extra_cflags"), bool(with_cuda))
-        return (v.include_flag if v else None), False  # whether or not the .gch exists yet: gcc skips a missing -I dir
+        return (v.include_flag if v else None), ""  # whether or not the .gch exists yet: gcc skips a missing -I dir
 
     @staticmethod
-    def _binding_failed(arguments: dict) -> Path:
-        return lean_headers.build_directory(arguments) / lean_headers.DIRECTORY / _BINDING_FULL
+    def _main_failed(arguments: dict) -> Path:
+        return lean_headers.build_directory(arguments) / lean_headers.DIRECTORY / lean_headers.MAIN_FULL
 
-    def binds_declarations(self, arguments: dict, inline: bool) -> bool:
+    @staticmethod
+    def binds_declarations(arguments: dict, inline: bool) -> bool:
         """A load_inline whose main.cpp only binds declared functions is built against the lean binding header,
-        unless that build failed before in this build directory (then it is built as written, every time)."""
-        return inline and arguments.get("functions") is not None and lean_headers.declarations_only(arguments.get("cpp_sources")) \
-            and not self._binding_failed(arguments).exists()
+        which the parent precompiles."""
+        return inline and arguments.get("functions") is not None and lean_headers.declarations_only(arguments.get("cpp_sources"))
 
     def _injecting(self, loader, inline: bool):
         signature = inspect.signature(loader)
@@ -306,24 +321,26 @@ class Headers:
         def load(*args, **kwargs):
             try:
                 bound = signature.bind(*args, **kwargs)
-                flag, binding = self.include_flag(bound.arguments, inline)
+                flag, lean = self.include_flag(bound.arguments, inline)
             except Exception:  # noqa: BLE001 - let torch report a bad call exactly as it would have
                 flag = None
             if flag is None:
                 return loader(*args, **kwargs)
             bound.arguments["extra_cflags"] = [*(bound.arguments.get("extra_cflags") or []), flag]
-            if not binding:
+            if not lean:
                 return loader(*bound.args, **bound.kwargs)
+            what = "lean binding" if lean == "binding" else "lean build"
+            said = "main.cpp lean binding" if lean == "binding" else "main.cpp lean"
             try:
                 module = loader(*bound.args, **bound.kwargs)
             except RuntimeError as exc:
-                if not _MAIN_FAILED.search(str(exc)):  # not the binding's compile: the full headers would fail the same way
-                    builds.append("main.cpp lean binding")
+                if not _MAIN_FAILED.search(str(exc)):  # not main.cpp's compile: the full headers would fail the same way
+                    builds.append(said)
                     raise
-                error = lean_headers.build_as_written(exc, "main.cpp", self._binding_failed(bound.arguments),
+                error = lean_headers.build_as_written(exc, "main.cpp", self._main_failed(bound.arguments),
                                                       bound.arguments["name"])
-                builds.append(f"main.cpp full: the lean binding failed ({error})")
+                builds.append(f"main.cpp full: the {what} failed ({error})")
                 return load(*args, **kwargs)
-            builds.append("main.cpp lean binding")
+            builds.append(said)
             return module
         return load
