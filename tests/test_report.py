@@ -292,8 +292,8 @@ def test_fast_p_over_problems_leaves_out_problems_only_skipped(generated) -> Non
     index = (generated[0] / "index.html").read_text()
     stats = re.findall(r'<div class="stat"><b>([^<]+)</b><span>(.*?)</span></div>', index)
     assert [(v, re.sub("<[^>]+>", "", what)) for v, what in stats] == [
-        ("50.0%", "problems fast0 (best-of-k)"), ("50.0%", "problems fast1 (best-of-k)"),
-        ("50.0%", "problems fast1.5 (best-of-k)"), ("50.0%", "problems fast2 (best-of-k)"),
+        ("50.0%", "problem_fast_0 (best-of-k)"), ("50.0%", "problem_fast_1 (best-of-k)"),
+        ("50.0%", "problem_fast_1.5 (best-of-k)"), ("50.0%", "problem_fast_2 (best-of-k)"),
         ("3.2x", "geomean best speedup"), ("2", "problems judged (+1 only skipped)")]  # fmt: skip
     curve = re.search(r'<path class="curve" d="M [\d.]+ ([\d.]+) ', index).group(1)
     assert float(curve) == pytest.approx(12 + (250 - 40 - 12) / 2)  # fast_0 = 0.5: halfway up the plot
