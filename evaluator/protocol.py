@@ -242,6 +242,8 @@ class Kernels(Message):
     unverifiable: list[str] = Field(default_factory=list)  # loaded, but calls into them cannot be counted
     foreign: list[str] = Field(default_factory=list)  # Triton kernels defined elsewhere that the trials launched
     not_compiled: dict[str, str] = Field(default_factory=dict)  # interpreted kernel -> the GPU compiler's first error
+    # Triton kernel -> (configs benchmarked, seconds) of its autotuning, untimed (evaluator/child/triton_autotune.py)
+    autotuned: dict[str, tuple[int, float]] = Field(default_factory=dict)
 
 
 class Calls(BaseModel):

@@ -1,6 +1,6 @@
 """What a Triton candidate needs in a CPU child, where its kernels run under Triton's interpreter (there is no GPU
-to compile for; evaluator.sandbox.spawn.TRITON_ON_CPU): a benchmarker for multi-config autotuning, and a compile
-for a GPU target that proves each kernel is one.
+to compile for; evaluator.sandbox.spawn.TRITON_ON_CPU): a benchmarker for multi-config autotuning (held to its
+budget by evaluator/child/triton_autotune.py), and a compile for a GPU target that proves each kernel is one.
 
 Under the interpreter a kernel's body runs as Python, once per program, on numpy: a body that calls torch or any
 Python function passes there, and a GPU compile rejects it. So each of the candidate's own kernels is compiled, as
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,34 +22,21 @@ from pathlib import Path
 
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile as triton_compile, make_backend
-from triton.runtime.autotuner import Autotuner
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
 TARGET = GPUTarget("cuda", 90, 32)
 _LAUNCH_ONLY = ("grid", "warmup")  # arguments of a launch, not of the kernel
-_BENCH_CALLS = 3
 _COMPILE_S = 300  # the child's own run budget bounds it too
 
 
-def bench_on_cpu() -> None:
-    """Before the candidate is imported: multi-config autotuning benchmarks with `_bench` (where the candidate
-    gave no benchmarker of its own)."""
-    Autotuner.do_bench = property(lambda tuner: tuner._do_bench or _bench)
-
-
-def _bench(kernel_call, quantiles=None):
-    """Autotuning's benchmarker on CPU (Triton asks the GPU driver for one, and there is none): a warm-up call, then
-    a few timed ones. Only the choice among the configs rests on it, never a verdict."""
+def bench(kernel_call, quantiles=None):
+    """Autotuning's benchmarker on CPU (Triton asks the GPU driver for one, and there is none): one call. The
+    interpreter compiles nothing and its time says little of a GPU's, so more calls would only cost more; it picks
+    a config that runs, and never decides a verdict."""
+    start = time.perf_counter()
     kernel_call()
-    times = []
-    for _ in range(_BENCH_CALLS):
-        start = time.perf_counter()
-        kernel_call()
-        times.append((time.perf_counter() - start) * 1e3)
-    if not quantiles:
-        return statistics.mean(times)
-    ordered = sorted(times)
-    return [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in quantiles]
+    took = (time.perf_counter() - start) * 1e3
+    return [took] * len(quantiles) if quantiles else took
 
 
 def _specialised(fn, args: tuple, kwargs: dict) -> dict:

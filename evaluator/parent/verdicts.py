@@ -16,7 +16,7 @@ from evaluator.verdict.case import Outcome, Reference
 from evaluator.verdict.rules import judge
 from evaluator.verdict.speed import pooled
 from evaluator.verdict.pacing import Pacer
-from evaluator.protocol import Leaks
+from evaluator.protocol import Kernels, Leaks
 from evaluator.sandbox.results import ChildResult
 from reference_problems import ProblemMeta
 
@@ -30,6 +30,24 @@ def _notes(compiled: ChildResult, *results: ChildResult) -> list[str]:
     if stragglers := compiled.stragglers + sum(result.stragglers for result in results):
         notes.append(f"killed {stragglers} process(es) the candidate left running after its child ended")
     return notes
+
+
+def _autotuned(result: ChildResult) -> dict[str, tuple[int, float]]:
+    """Each Triton kernel's autotuning as the child reported it with its kernels (none from a malformed message,
+    which the judge named)."""
+    try:
+        kernels = result.read(Kernels)
+    except ValueError:
+        return {}
+    return kernels.autotuned if kernels else {}
+
+
+def _autotune_cost(found: Verdict, result: ChildResult) -> None:
+    """What autotuning cost, in the first trial: before any timing, never timed."""
+    if tuned := _autotuned(result):
+        found.evidence.stage_s["of_which_autotune"] = round(sum(seconds for _, seconds in tuned.values()), 3)
+        found.evidence.notes.append("autotuned before timing, never timed: " + "; ".join(
+            f"{name} over {configs} config(s) in {seconds:.2f} s" for name, (configs, seconds) in tuned.items()))
 
 
 INTERPRETED = ("no speedup: its Triton kernels ran under Triton's interpreter (CPU), which runs a kernel's body as "
@@ -108,6 +126,7 @@ def judged(batch: Batch, costs: ProblemCosts | None, job: CandidateJob, compiled
                                 "of_which_reference_blocks": round(ran.pacer.paired.paused_s, 3)}
     found.evidence.peak_memory = {k: v for k, v in memory.items() if k not in ("event", "_t")}
     found.evidence.notes += _notes(compiled, result, *(more.result for more in ran.more))
+    _autotune_cost(found, result)
     own = ran.own_memory(settings)
     if own is not None and isinstance(why := own.growth(), str) and result.read(Leaks) is not None:
         found.evidence.notes.append(f"leak check counted the memory of the whole device, not the candidate's own: {why}")

@@ -62,7 +62,13 @@ def ended_badly(result: ChildResult, timeout_s: float, max_input_numel: int) -> 
 _DIRS = re.compile(r"(?<![\w.])/[^\s:]*/(?=[^/\s:]+:\d+)")  # the build dir before "main.cpp:12:": the log keeps it
 
 
+_AUTOTUNE_TIMEOUT = "AutotuneTimeout"  # a Triton autotuning past its budget (evaluator/child/triton_autotune.py)
+
+
 def _error(error: Error, stage: str, log: str, max_input_numel: int) -> Outcome:
+    if error.exc_type == _AUTOTUNE_TIMEOUT:  # candidate code that raises one itself only fails as it would anyway
+        return Outcome(Status.TIMEOUT, Evidence(stage=stage, cause=f"{error.message.strip()[:500]} (stage: {stage})",
+                                                log_tail=error.traceback[-3000:]))
     status = Status.COMPILE_ERROR if stage == "compile" else Status.RUNTIME_ERROR
     text = f"{error.message}\n{log}"
     compiler = diagnose.error_lines(text) if status is Status.COMPILE_ERROR else ""
