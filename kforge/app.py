@@ -145,6 +145,13 @@ def eval_settings(device: str | None, size: str, jobs: int | None = None, compil
                         language=language, precision=resolve_precision(precision))
 
 
+def check_sizes(problems, settings: EvalSettings) -> None:
+    """Each problem runs at the size asked, or the command stops here, before anything is stored or run: a problem
+    with no small size is refused in one line (ProblemError), never judged at full size under the name small."""
+    for problem in {p.name: p for p in problems}.values():
+        problem.overrides(settings.size)
+
+
 def say_compile_plan(settings: EvalSettings) -> None:
     """Said once by each command that compiles candidates, before its first compile."""
     from evaluator.parent.batch import compile_plan  # torch: not on the path of --help

@@ -23,7 +23,7 @@ from kforge.progress import BatchProgress
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
 
 from kforge.app import (BackendOpt, DbOpt, DeviceOpt, JsonOpt, PrecisionOpt, ProblemOpt, SizeOpt, UserError, app, err,
-                        eval_settings, friendly, open_db, out, problems_dir, resolve_precision, resolve_size,
+                        check_sizes, eval_settings, friendly, open_db, out, problems_dir, resolve_precision, resolve_size,
                         say_compile_plan)
 
 if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands that use them, not at start-up
@@ -108,7 +108,8 @@ def emit(lines: Iterable[dict], as_json: bool) -> list[dict]:
         out.print(tables.results(collected))
     failed = sum(Status(line["status"]).kforge_failed for line in collected)
     if failed:
-        err.print(f"kforge: {failed} candidate(s) not judged: their problem's reference failed (see the causes)",
+        err.print(f"kforge: {failed} candidate(s) not judged: kforge's own side failed (their problem's reference, "
+                  "or kforge's own step in the child; see the causes)",
                   markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     return collected
@@ -161,6 +162,7 @@ def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining Mod
     if check.status is Status.INVALID:
         raise UserError(f"{path.name}: {check.cause}: not a kforge candidate")
     job = CandidateJob(path=path, problem=problem_for(path, problem), source=raw)
+    check_sizes([job.problem], settings)
     emit(run_jobs(open_db(db), [job], settings, rerun, progress=not as_json), as_json)
 
 
@@ -204,6 +206,7 @@ def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/
     reference_error), 2 on bad input."""
     candidates = collect(directory, problem)
     settings = eval_settings(device, size, jobs, compile_baseline, gpus, backend, precision)
+    check_sizes([job.problem for job in candidates], settings)
     run = runner_for(runner, address)
     emit(run_jobs(open_db(db), candidates, settings, rerun, progress=not as_json, backend=run), as_json)
 

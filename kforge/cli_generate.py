@@ -27,7 +27,7 @@ from pipeline.llm import LLMError, LLMSettings, OpenAIChat, Provider
 from pipeline.loop import DEFAULT_OUT, Candidate, Loop, RunConfig, RunResult
 from pipeline.replay import ReplayProvider
 from pipeline.retrieval import RetrievalConfig
-from kforge.app import (PrecisionOpt, UserError, eval_settings, open_db, problems_dir, resolve_precision,
+from kforge.app import (PrecisionOpt, UserError, check_sizes, eval_settings, open_db, problems_dir, resolve_precision,
                         say_compile_plan)
 from kforge.settings import LLMEnv
 from reference_problems import Problem, ProblemError, resolve_problem
@@ -225,6 +225,7 @@ def _prepare(spec: runs.RunSpec, prices: Path | None) -> tuple[list[Problem], li
     problems = [resolve_problem(name, problems_dir()) for name in spec.problems]
     llm = _llm_settings(spec, prices)
     settings = eval_settings(spec.device or None, spec.size, backend=spec.backend, precision=spec.precision)
+    check_sizes(problems, settings)
     if spec.replay:
         models = [spec.model or "replay", *spec.models]
         return problems, [ReplayProvider(Path(spec.replay), model=m) for m in models], llm, settings

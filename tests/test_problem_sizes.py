@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from conftest import kforge_runner
+from db import Database
 from reference_problems import ProblemError, resolve_problem
 from reference_problems.registry import load_problem_file
 from reference_problems.sizes import INPUT_BUDGET
@@ -180,4 +181,6 @@ def test_kernelbench_relu_on_cpu_runs_at_its_derived_size_and_its_verdict_says_s
     other.write_text(CANDIDATE.replace("(16, 768)", "(4096, 393216)"))
     proc = kforge("submit", str(other), "--problem", "4_Literal", "--device", "cpu", expect=2)
     assert "kforge: error: problem '4_Literal' declares no small size" in proc.stderr and "--size full" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr  # refused before anything ran or was stored
+    with Database(kforge.db_url) as database:
+        assert [row.problem for row in database.solutions()] == ["19_ReLU"]
