@@ -93,11 +93,6 @@ class LeaderRow(_Row):
     reference_ms: float | None = None
     speedup_vs_compile: float | None = None
 
-    @property
-    def status_counts(self) -> dict[str, int]:
-        """The earlier name of evaluations_by_status, still read by the HTML report."""
-        return self.evaluations_by_status
-
 
 class BoardRow(LeaderRow):
     """A problem on one board (device, size, precision): its best there, and its solutions counted once each by

@@ -201,12 +201,12 @@ def test_leaderboard_best_speedup_and_counts(db: Database) -> None:
     a = board["A"]
     assert (a.best_speedup, a.best_sha256, a.best_path, a.best_model) == (3.0, "a2", "sol/a2.py", "m2")
     assert (a.candidate_ms, a.reference_ms, a.speedup_vs_compile, a.best_device_name) == (1.0, 3.0, 1.5, "H100")
-    assert a.status_counts == {"correct": 3, "incorrect": 1}
+    assert a.evaluations_by_status == {"correct": 3, "incorrect": 1}
     assert (a.n_solutions, a.n_evaluations) == (2, 4)
-    assert (board["B"].best_speedup, board["B"].status_counts) == (1.2, {"correct": 1, "compile_error": 1})
-    assert board["C"].best_speedup is None and board["C"].status_counts == {"incorrect": 1, "runtime_error": 1}
-    assert (board["D"].n_solutions, board["D"].n_evaluations, board["D"].status_counts) == (1, 0, {})
-    assert board["E"].best_speedup is None and board["E"].status_counts == {"correct": 1}
+    assert (board["B"].best_speedup, board["B"].evaluations_by_status) == (1.2, {"correct": 1, "compile_error": 1})
+    assert board["C"].best_speedup is None and board["C"].evaluations_by_status == {"incorrect": 1, "runtime_error": 1}
+    assert (board["D"].n_solutions, board["D"].n_evaluations, board["D"].evaluations_by_status) == (1, 0, {})
+    assert board["E"].best_speedup is None and board["E"].evaluations_by_status == {"correct": 1}
     unfiltered = db.leaderboard(problem="A")
     assert [(r.problem, r.best_speedup, r.best_device_name, r.n_evaluations) for r in unfiltered] == [
         ("A", 9.0, "cpu", 5)
@@ -244,7 +244,7 @@ def test_aggregates_match_every_evaluation(db: Database) -> None:
         board = db.leaderboard(device_name=device_name, size=size)
         for row in board:
             mine = [r for r in picked if r.problem == row.problem]
-            assert row.status_counts == Counter(r.status for r in mine)
+            assert row.evaluations_by_status == Counter(r.status for r in mine)
             timed = [r for r in mine if r.status == "correct" and (r.speedup or 0) > 0]
             best = min(timed, key=lambda r: (-r.speedup, r.created_at, r.id), default=None)
             assert (row.best_speedup, row.best_sha256) == (best and best.speedup, best and best.solution_sha256)

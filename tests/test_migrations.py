@@ -92,8 +92,8 @@ def test_evaluations_stored_at_the_first_schema_are_tallied(url: str) -> None:
     ])  # fmt: skip
     with Database(url) as db:
         a, b = db.leaderboard(device_name="H100")
-        assert (a.best_sha256, a.best_speedup, a.status_counts) == ("a2", 2.0, {"correct": 3, "incorrect": 1})
-        assert (b.best_sha256, b.best_speedup, b.status_counts) == ("b1", 0.5, {"compile_error": 1, "correct": 1})
+        assert (a.best_sha256, a.best_speedup, a.evaluations_by_status) == ("a2", 2.0, {"correct": 3, "incorrect": 1})
+        assert (b.best_sha256, b.best_speedup, b.evaluations_by_status) == ("b1", 0.5, {"compile_error": 1, "correct": 1})
         assert [(r.best_device_name, r.n_evaluations, r.n_solutions) for r in db.leaderboard()] == [
             ("cpu", 5, 2), ("H100", 2, 1)
         ]  # fmt: skip
@@ -101,7 +101,7 @@ def test_evaluations_stored_at_the_first_schema_are_tallied(url: str) -> None:
         assert db.geomean_speedup(device_name="H100") == pytest.approx(1.0, rel=1e-12)
         db.add_evaluation("a1", status="correct", device="cuda", device_name="H100", speedup=3.0)
         a, _ = db.leaderboard(device_name="H100")
-        assert (a.best_sha256, a.best_speedup, a.status_counts["correct"]) == ("a1", 3.0, 4)
+        assert (a.best_sha256, a.best_speedup, a.evaluations_by_status["correct"]) == ("a1", 3.0, 4)
 
 
 def test_downgrade_to_nothing_and_back(url: str) -> None:

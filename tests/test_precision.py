@@ -108,7 +108,7 @@ def test_fp32_and_bf16_never_share_a_board_nor_a_reused_verdict(tmp_path):
         _stored(db, "slow-fp32", "fp32", 1.5)
         (fp32,) = db.leaderboard(precision="fp32")
         (bf16,) = db.leaderboard(precision="bf16")
-        assert (fp32.best_sha256, fp32.best_precision, fp32.status_counts) == ("slow-fp32", "fp32", {"correct": 1})
+        assert (fp32.best_sha256, fp32.best_precision, fp32.evaluations_by_status) == ("slow-fp32", "fp32", {"correct": 1})
         assert (bf16.best_sha256, bf16.best_speedup, bf16.best_precision) == ("fast-bf16", 5.0, "bf16")
         assert db.geomean_speedup(precision="fp32") == pytest.approx(1.5)
         job = CandidateJob(path=PRECISION / "relu_any_dtype.py", problem=resolve_problem("relu"))
