@@ -221,6 +221,6 @@ def test_evaluate_a_kernelbench_run_directory(kforge, tmp_path):
     assert everything["samples"] == 3 and everything["fast_p"]["0.0"] == pytest.approx(1 / 3)
     assert {r["problem"] for r in everything["problems"]} == {"19_ReLU", "relu"}
     assert json.loads(kforge("leaderboard", "--level", "2", "--json").stdout) == {
-        "problems": [], "fast_p": {}, "samples": 0, "geomean_speedup": None, "precision": "fp32"}
+        "problems": [], "fast_p": {}, "samples": 0, "boards": [], "precision": "fp32"}
     table = kforge("leaderboard").stdout
     assert "19_ReLU" in table and "fast_0=0.33" in table and "over 3 samples" in table
