@@ -149,10 +149,12 @@ def test_a_cpp_candidate_builds_lean_and_one_needing_more_builds_as_written_with
     folder = tmp_path / "scale_bias_hardswish"
     folder.mkdir()
     (folder / "slicing.py").write_text(SLICING)
-    paths = [ROOT / "solutions" / "scale_bias_hardswish" / "cpu_fused_o3.py", folder / "slicing.py"]
+    fused = (ROOT / "solutions" / "scale_bias_hardswish" / "cpu_fused_o3.py").read_text()  # renamed: a build of its own,
+    (folder / "fused.py").write_text(fused.replace("kforge_cpu_fused_o3", "kforge_lean_fused"))  # not another test's, cached
+    paths = [folder / "fused.py", folder / "slicing.py"]
     settings = EvalSettings(device="cpu", size="small", trials=2, timing=False, jobs=2, build_root=build_root)
     verdicts = evaluate([CandidateJob(path=p, problem=resolve_problem("scale_bias_hardswish")) for p in paths], settings)
-    lean, slicing = sorted(verdicts, key=lambda v: Path(v.solution_path).name)  # cpu_fused_o3.py, slicing.py
+    lean, slicing = sorted(verdicts, key=lambda v: Path(v.solution_path).name)  # fused.py, slicing.py
     assert lean.status is Status.CORRECT and lean.evidence.build_headers == ["main.cpp lean"], lean.evidence
     assert slicing.status is Status.CORRECT, slicing.evidence
     (said,) = slicing.evidence.build_headers
