@@ -188,11 +188,14 @@ def test_one_device_is_used_by_one_kforge_process_at_a_time(cpu_settings):
             shutil.rmtree(batch.root, ignore_errors=True)
 
 
-def test_a_candidate_gives_the_gpu_back_while_its_child_still_loads(cpu_settings):
+def test_a_candidate_gives_the_gpu_back_while_its_child_still_loads(cpu_settings, tmp_path, monkeypatch):
     """On CUDA a candidate that ran its problem's reference releases the device while its own child still loads,
     and another candidate's loaded child takes it meanwhile (both ask for the comparer's device, as candidates
     do); on CPU a candidate holds the device from its start to its end."""
+    from evaluator.parent import leases
     from evaluator.parent.batch import Hold
+
+    monkeypatch.setattr(leases, "LOCK_DIR", tmp_path / "locks")  # GPU 7 is no device here: `kforge status` never sees it
 
     gpu, cpu = Batch(cpu_settings.model_copy(update={"device": "cuda", "gpus": ["7"]})), Batch(cpu_settings)
     try:
