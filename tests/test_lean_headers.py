@@ -118,7 +118,7 @@ def test_a_binding_of_declarations_builds_lean_and_one_the_lean_set_lacks_builds
     assert said[0] == "lean" and said[1].startswith("main.cpp full: the lean binding failed") and "main.cpp:3" in said[1], said
     assert (build / "main.o").exists()
     built, ninja = build_steps(build)["main.o"], (build / "build.ninja").read_text()
-    assert _load(SET / "softmax_rows.cu", build, lacking) == ["lean"]  # the candidate's child: the same build, no rebuild
+    assert _load(SET / "softmax_rows.cu", build, lacking) == said  # the candidate's child: the same build, no rebuild
     assert build_steps(build)["main.o"] == built and (build / "build.ninja").read_text() == ninja
 
 
@@ -159,3 +159,6 @@ def test_a_cpp_candidate_builds_lean_and_one_needing_more_builds_as_written_with
     assert slicing.status is Status.CORRECT, slicing.evidence
     (said,) = slicing.evidence.build_headers
     assert said.startswith("main.cpp full: the lean build failed (main.cpp:") and "indexing" in said, said
+    again = list(evaluate([CandidateJob(path=p, problem=resolve_problem("scale_bias_hardswish")) for p in paths], settings))
+    assert all(v.evidence.cache_hit for v in again), again  # built once: the cache's builds, and how they were made
+    assert sorted(v.evidence.build_headers[0][:len("main.cpp full")] for v in again) == ["main.cpp full", "main.cpp lean"]

@@ -317,19 +317,21 @@ class Headers:
     def _injecting(self, loader, inline: bool):
         signature = inspect.signature(loader)
 
-        @wraps(loader)
-        def load(*args, **kwargs):
+        def build(args: tuple, kwargs: dict, retried: bool):
             try:
                 bound = signature.bind(*args, **kwargs)
                 flag, lean = self.include_flag(bound.arguments, inline)
+                failed = self._main_failed(bound.arguments) if inline else None
+                what = "lean binding" if self.binds_declarations(bound.arguments, inline) else "lean build"
             except Exception:  # noqa: BLE001 - let torch report a bad call exactly as it would have
-                flag = None
+                flag, lean, failed, what = None, "", None, ""
+            if not lean and not retried and failed is not None and failed.exists():  # said again at every later load
+                builds.append(f"main.cpp full: the {what} failed ({failed.read_text().strip()})")
             if flag is None:
                 return loader(*args, **kwargs)
             bound.arguments["extra_cflags"] = [*(bound.arguments.get("extra_cflags") or []), flag]
             if not lean:
                 return loader(*bound.args, **bound.kwargs)
-            what = "lean binding" if lean == "binding" else "lean build"
             said = "main.cpp lean binding" if lean == "binding" else "main.cpp lean"
             try:
                 module = loader(*bound.args, **bound.kwargs)
@@ -337,10 +339,13 @@ class Headers:
                 if not _MAIN_FAILED.search(str(exc)):  # not main.cpp's compile: the full headers would fail the same way
                     builds.append(said)
                     raise
-                error = lean_headers.build_as_written(exc, "main.cpp", self._main_failed(bound.arguments),
-                                                      bound.arguments["name"])
+                error = lean_headers.build_as_written(exc, "main.cpp", failed, bound.arguments["name"])
                 builds.append(f"main.cpp full: the {what} failed ({error})")
-                return load(*args, **kwargs)
+                return build(args, kwargs, retried=True)
             builds.append(said)
             return module
+
+        @wraps(loader)
+        def load(*args, **kwargs):
+            return build(args, kwargs, retried=False)
         return load

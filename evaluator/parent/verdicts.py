@@ -115,7 +115,8 @@ def judged(batch: Batch, costs: ProblemCosts | None, job: CandidateJob, compiled
     build, memory = compiled.last("compiled") or {}, result.last("memory") or {}
     found.evidence.compile_s, found.evidence.cache_hit = build.get("seconds"), build.get("cache_hit")
     found.evidence.build_steps_s = build.get("steps") or {}
-    found.evidence.build_headers = build.get("headers") or []
+    # a build from the cache: how its headers were chosen, as the candidate child's own load chose them again
+    found.evidence.build_headers = build.get("headers") or (result.last("compiled") or {}).get("headers") or []
     found.evidence.stage_s = {"compile_child": round(compiled.wall_s, 3), "reference_wait": round(ran.waited_s, 3),
                                 "reference_run": round(ref.run_s, 3), **{f"reference_{k}": v for k, v in ref.stage_s.items()},
                                 **result.stage_seconds(), "judge": round(judge_s, 3),
