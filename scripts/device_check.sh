@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "The GPU check").
 # Usage: bash scripts/device_check.sh [evaluate|repeat N|stages|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
-#        speed-exec|throughput [LEVEL]|fingerprint [GB]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|loads|languages|all]
+#        speed-exec|throughput [LEVEL]|fingerprint [GB]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|answers [N G]|loads|languages|all]
 # (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -103,6 +103,9 @@ crowd() {  # 8 submitters at once vs each file alone (its db off $OUT: a WAL fil
   kf evaluate "$(staged $r)" --device cuda --size full --jobs 14 --json >/dev/null  # the builds, so no submit compiles
   python3 benchmarks/concurrent_submit.py sqlite:////tmp/kforge-crowd.db $r $r | tee "$OUT/concurrent.txt"
 }
+answers() {  # the agent's answer-to-verdict time for new CUDA kernels: N answers G seconds apart (scripted server)
+  python3 benchmarks/agent_overlap.py -n ${1:-8} --gap ${2:-2} --device cuda --size full | tee "$OUT/answers.txt"
+}
 agent() {  # two turns of the agent against the scripted server: turn 2's refine prompt with Nsight Compute's metrics
   python3 benchmarks/agent_profile_demo.py "$OUT/refine_prompt_ncu.txt" "$@" 2>&1 | tee "$OUT/agent_demo.txt"
 }
@@ -116,7 +119,7 @@ case "$cmd" in
   timeline) timeline "$@" ;;
   speed-exec) KFORGE_FORK_SERVER=0 TAG=_exec speed "$@" ;;  # each child its own interpreter: the fork server's baseline
   throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;; multigpu) multigpu "$@" ;; pairing) pairing "$@" ;; crowd) crowd ;;
-  agent) agent "$@" ;; loads) loads ;; fingerprint) fingerprint "$@" ;;
+  agent) agent "$@" ;; answers) answers "$@" ;; loads) loads ;; fingerprint) fingerprint "$@" ;;
   languages) languages ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
 esac
