@@ -53,10 +53,10 @@ def judge_and_store(database: Database, submissions: list[Submission], settings:
     on_evaluate hears how many will be evaluated, before the first compile (only when some will); on_stage hears
     the local evaluator's progress."""
     for submission in submissions:
-        _store(database, submission)
+        store_submission(database, submission)
     reused, fresh = _stored(database, submissions, settings, rerun)
     yield from reused
-    yield from (_static(database, s) for s in fresh if s.verdict is not None)
+    yield from (static_judged(database, s) for s in fresh if s.verdict is not None)
     reused, runnable, twins = _first_of_each_code(database, [s for s in fresh if s.verdict is None], settings, rerun)
     yield from reused
     if runnable and on_evaluate:
@@ -66,7 +66,7 @@ def judge_and_store(database: Database, submissions: list[Submission], settings:
         yield from (judged._replace(reused=True, job=twin) for twin in twins[str(judged.job.path)])
 
 
-def _store(database: Database, submission: Submission) -> None:
+def store_submission(database: Database, submission: Submission) -> None:
     """The code with its lineage. Code already stored (the parent itself, an earlier answer) is no child of the
     parent named now, or lineage could loop."""
     job, parent = submission.job, submission.parent_sha256
@@ -78,7 +78,7 @@ def _store(database: Database, submission: Submission) -> None:
         database.set_generation_solution(submission.generation_id, job.sha256)
 
 
-def _reused(row: EvaluationRow, job: CandidateJob) -> Judged:
+def stored_judged(row: EvaluationRow, job: CandidateJob) -> Judged:
     return Judged(Verdict.from_row(row), row.id, True, job)
 
 
@@ -89,13 +89,13 @@ def _stored(database: Database, submissions: list[Submission], settings: EvalSet
     for submission in submissions:
         row = None if rerun else stored_verdict(database, submission.job, settings)
         if row:
-            reused.append(_reused(row, submission.job))
+            reused.append(stored_judged(row, submission.job))
         else:
             fresh.append(submission)
     return reused, fresh
 
 
-def _static(database: Database, submission: Submission) -> Judged:
+def static_judged(database: Database, submission: Submission) -> Judged:
     """A verdict reached without the evaluator, stored."""
     return Judged(submission.verdict, record_verdict(database, submission.verdict), False, submission.job)
 
@@ -112,7 +112,7 @@ def _first_of_each_code(database: Database, submissions: list[Submission], setti
             continue
         row = None if rerun or key is None else twin_verdict(database, job, key, settings)
         if row:
-            reused.append(_reused(row, job))
+            reused.append(stored_judged(row, job))
             continue
         if key is not None:
             first[key] = str(job.path)

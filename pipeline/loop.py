@@ -9,8 +9,9 @@ already paid for by (problem, turn, sample)."""
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import hashlib
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
@@ -21,8 +22,8 @@ from pydantic import BaseModel, Field
 from db import Database
 from evaluator import CandidateJob, EvalSettings, Evidence, Profile, Status, Verdict, profile
 from evaluator.hardware import device_name
-from evaluator.parent.prebuild import Prebuilder
-from judging.judge import Submission, judge_and_store
+from judging.judge import Judged, Submission
+from judging.stream import StreamJudge
 from judging.record import register_problem
 from pipeline import cache
 from pipeline.archive import Archive, ArchiveConfig, Pick, island_of
@@ -126,6 +127,7 @@ class Loop:
         self.run_id = run_id
         self.meter = meter or Meter(config.budget)
         self.profiles: dict[str, Profile] = {}  # sha256 -> its Nsight Compute profile (advice for the prompts only)
+        self._drawn_lock = threading.Lock()  # a turn's answers, read by the judge's thread as verdicts come
 
     def run(self, problem: Problem) -> RunResult:
         register_problem(self.database, problem)
@@ -208,31 +210,31 @@ class Loop:
         return slot
 
     def _turn(self, problem: Problem, turn: int, slots: list[Slot]) -> tuple[list[Candidate], list[str], str | None]:
-        """One draw per slot, concurrently, judged as they arrive: while the evaluator judges the answers in hand,
-        the other calls stay in flight, and the next batch is whatever arrived meanwhile. A failed call costs that
-        sample only; a refused one (budget) ends the run after this turn's answers are judged."""
+        """One draw per slot, concurrently, each answer judged the moment it arrives (judging.stream): it joins
+        the turn's running batch, whose reference started with the turn, while the other calls stay in flight. A
+        failed call costs that sample only; a refused one (budget) ends the run after this turn's answers are
+        judged."""
         for slot, arm in zip(slots, self.bandit.assign(problem.name, turn, [slot.sample for slot in slots])):
             slot.arm = arm
         requests = [LLMRequest(problem=problem.name, messages=self._messages(problem, slot), sample=slot.sample,
                                turn=turn, temperature=self.bandit.arms[slot.arm].temperature,
                                max_tokens=self.config.max_tokens)
                     for slot in slots]
-        judged, errors, stopped = [], [], None
-        with self._compiling_on_arrival() as early, ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(requests))) as pool:
-            pending = {pool.submit(self._draw, problem, request, slot, early): slot for request, slot in zip(requests, slots)}
+        drawn, errors, stopped = [], [], None
+        with StreamJudge(self.database, [problem], self.settings, functools.partial(self._judged, drawn)) as judging, \
+                ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(requests))) as pool:
+            pending = {pool.submit(self._draw, problem, request, slot): slot for request, slot in zip(requests, slots)}
             while pending:
-                arrived = []
                 for future in wait(pending, return_when=FIRST_COMPLETED).done:
                     slot = pending.pop(future)
                     try:
-                        arrived.append(future.result())
+                        self._hand_over(problem, future.result(), drawn, judging)
                     except LLMError as exc:
                         errors.append((slot.sample, f"turn {turn} sample {slot.sample}: {exc}"))
                         self.bandit.tell(slot.arm, Usage(), 0.0, 0.0)  # an arm whose server fails earns nothing
                     except BudgetExhausted as exc:
                         stopped = stopped or str(exc)
-                judged += self._judge(problem, sorted(arrived, key=lambda c: c.sample))
-        return sorted(judged, key=lambda c: c.sample), [e for _, e in sorted(errors)], stopped
+        return sorted(drawn, key=lambda c: c.sample), [e for _, e in sorted(errors)], stopped
 
     def _messages(self, problem: Problem, slot: Slot) -> list[dict]:
         where = {"target": self._target(), "size": self.settings.size, "precision": self.settings.precision}
@@ -277,13 +279,7 @@ class Loop:
         language = self.settings.language
         return "triton" if language is not None and language.value == "triton" else self.settings.device
 
-    def _compiling_on_arrival(self) -> contextlib.AbstractContextManager[Prebuilder | None]:
-        """On a GPU each answer's compile starts the moment it arrives, beside the judging of earlier ones, so its
-        verdict does not wait ~10 s for nvcc (evaluator/parent/prebuild.py). Not on CPU, whose timed runs must not
-        share the machine with compilers."""
-        return Prebuilder(self.settings) if self.settings.device == "cuda" else contextlib.nullcontext()
-
-    def _draw(self, problem: Problem, request: LLMRequest, slot: Slot, early: Prebuilder | None = None) -> Candidate:
+    def _draw(self, problem: Problem, request: LLMRequest, slot: Slot) -> Candidate:
         provider = self.bandit.arms[slot.arm].provider
         key = cache.request_hash(provider.name, provider.model, request)
         taken_back = self._taken_back(request)
@@ -297,8 +293,6 @@ class Loop:
         else:
             cached = True
         path = write_candidate(self.config.out_dir, problem.name, extraction.code) if extraction.code is not None else None
-        if early is not None and path is not None and extraction.ok:
-            early.submit(CandidateJob(path=path, problem=problem, source=extraction.code.encode()))
         candidate = Candidate(problem=problem.name, turn=request.turn, sample=request.sample, generation_id=generation_id,
                               cached=cached, model=provider.model, arm=slot.arm, usage=response.usage,
                               cost_usd=response.cost_usd, extraction=extraction, path=path, parent_sha256=parent_sha,
@@ -306,19 +300,26 @@ class Loop:
         self.events("answered", candidate)
         return candidate
 
-    def _judge(self, problem: Problem, drawn: list[Candidate]) -> list[Candidate]:
-        """Every answer with code judged and stored by judging.judge.judge_and_store: code judged on this device keeps
-        its verdict (a resumed run compiles nothing twice), and so does code whose normalized form was judged; an
-        unreadable answer gets its static verdict; the rest is judged, each distinct code once, every verdict stored."""
-        submissions = [self._submission(problem, c) for c in drawn if c.path is not None]
-        verdicts = {judged.job.path: judged.verdict
-                    for judged in judge_and_store(self.database, submissions, self.settings)}
-        for c in drawn:
-            c.verdict = verdicts.get(c.path)
-            if c.verdict is not None and c.path.stem != c.verdict.solution_sha256:
-                c.duplicate_of = c.verdict.solution_sha256
+    def _hand_over(self, problem: Problem, c: Candidate, drawn: list[Candidate], judging: StreamJudge) -> None:
+        """An answer with code goes to be judged (judging.stream: a verdict stored before stands for its code, and
+        so does one of its normalized form); one without code is judged at once, with no verdict."""
+        with self._drawn_lock:
+            drawn.append(c)
+        if c.path is None:
             self.events("judged", c)
-        return drawn
+        else:
+            judging.submit(self._submission(problem, c))
+
+    def _judged(self, drawn: list[Candidate], judged: Judged) -> None:
+        """A verdict came (from the judge's thread): the answers of that code take it."""
+        with self._drawn_lock:
+            takers = [c for c in drawn if c.path == judged.job.path and c.verdict is None]
+            for c in takers:
+                c.verdict = judged.verdict
+                if c.path.stem != judged.verdict.solution_sha256:
+                    c.duplicate_of = judged.verdict.solution_sha256
+        for c in takers:
+            self.events("judged", c)
 
     def _submission(self, problem: Problem, c: Candidate) -> Submission:
         """The answer's code with its lineage (the call that wrote it, the parent it refines), and the verdict of an

@@ -146,25 +146,32 @@ def test_on_cuda_each_rounds_best_correct_kernel_is_profiled_once_and_its_metric
                for prompt in refine_prompts) and len(refine_prompts) == 2
 
 
-def test_an_answer_is_compiled_the_moment_it_arrives(tmp_path, database, settings, monkeypatch):
-    """On a GPU the loop hands each answer with code to a Prebuilder as it arrives (here forced on CPU: the same
-    compile child), and the judged verdict is of the build that compile left in the cache."""
-    from evaluator.parent import prebuild
+def test_each_answer_joins_the_turns_one_batch_as_it_arrives(tmp_path, database, settings, monkeypatch):
+    """The turn's answers go to ONE evaluator batch, opened for the problem, each the moment it arrives: an answer
+    that arrives later but needs no compile gets its verdict before the earlier one still compiling."""
+    import time
 
-    started = []
+    from evaluator.parent import runner
 
-    class Recording(prebuild.Prebuilder):
-        def submit(self, job):
-            started.append(job.sha256)
-            return super().submit(job)
+    batches, times = [], {}
+    real = runner.evaluate
 
-    monkeypatch.setattr(Loop, "_compiling_on_arrival", lambda self: Recording(self.settings))
-    with FakeLLMServer(lambda body, i: Reply(content=answer(FIXED_RELU, "a C++ relu"))) as server:
-        result = loop(server, database, settings, tmp_path, samples=1).run(resolve_problem("relu"))
-    (judged,) = result.candidates
-    assert started == [judged.verdict.solution_sha256]
-    assert judged.verdict.status.value == "correct" and judged.verdict.evidence.cache_hit is True, judged.verdict.evidence.cause
-    assert judged.verdict.evidence.stage_s["compile_child"] == 0.0  # the batch waited for that compile, ran none of its own
+    def counted(jobs, settings, on_stage=None):
+        batches.append(type(jobs).__name__)
+        return real(jobs, settings, on_stage)
+
+    monkeypatch.setattr(runner, "evaluate", counted)
+    kernel_free = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+    replies = [Reply(content=answer(FIXED_RELU, "a C++ relu")), Reply(content=answer(kernel_free, "torch"), delay_s=2)]
+    with FakeLLMServer(lambda body, i: replies[i]) as server:
+        run = Loop(OpenAIChat(LLMSettings(base_url=server.url, model="fake-coder", api_key="k")), database, settings,
+                   RunConfig(out_dir=tmp_path / "generations", samples=2),
+                   events=lambda kind, c: times.setdefault((kind, c.extraction.code == kernel_free), time.monotonic()))
+        result = run.run(resolve_problem("relu"))
+    assert batches == ["JobStream"]
+    assert sorted(c.status for c in result.candidates) == ["cheat", "correct"]
+    assert times[("answered", False)] < times[("answered", True)]  # the kernel arrived first ...
+    assert times[("judged", True)] < times[("judged", False)]  # ... and was judged after the later answer
 
 
 def test_judged_as_triton_the_loop_asks_for_triton_kernels_and_judges_the_answer(tmp_path, database, settings):

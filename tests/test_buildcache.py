@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 from evaluator.parent import buildcache
@@ -28,3 +30,20 @@ def test_a_build_is_published_and_a_killed_publishers_leftovers_are_swept(tmp_pa
     assert (root / key / "ext" / "ext.so").read_bytes() == b"\x7fELF not really"
     assert not stale.exists() and other.exists()
     assert not buildcache.view_dir(workdir).exists()  # the child's layer is removed once published
+
+
+def test_a_key_is_compiled_by_one_at_a_time(tmp_path):
+    build_dir = tmp_path / "builds" / "key"
+    order: list[str] = []
+
+    def second():
+        with buildcache.compiling(tmp_path / "builds", build_dir):
+            order.append("second")
+
+    with buildcache.compiling(tmp_path / "builds", build_dir):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        time.sleep(0.3)
+        order.append("first done")
+    waiter.join(timeout=10)
+    assert order == ["first done", "second"]

@@ -102,9 +102,8 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def compiling(build_root: Path, build_dir: Path):
-    """Held while a key is compiled: a second compile of the same key, from another thread (an answer compiled on
-    arrival, evaluator/parent/prebuild.py, then judged) or another kforge process, waits for the first and reads
-    how it ended instead of compiling again."""
+    """Held while a key is compiled: a second compile of the same key, from another thread of the batch (a
+    twin's job) or another kforge process, waits for the first and reads how it ended instead of compiling again."""
     return _locked(build_root / _OUTCOMES / f"{build_dir.name}.compiling")
 
 

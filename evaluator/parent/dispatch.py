@@ -36,6 +36,7 @@ class Dispatcher:
         self.spawn = spawn  # (prepared candidate, its GPU) -> its child, started (CUDA: children loaded ahead)
         self.ready: list[tuple[Any, Any]] = []  # (prepared candidate, its compile's result)
         self.compiling: list[Any] = []  # prepared candidates still compiling, in the batch's order
+        self.expected: list[Any] = []  # problems whose candidates are still to arrive (evaluator.parent.stream)
         self.running: set[Future] = set()
         self.on: dict[Future, str | None] = {}  # a running candidate's GPU
         self.ahead: dict[int, tuple[Any, str | None]] = {}  # id(prepared candidate) -> its child loading before admission, its GPU
@@ -57,7 +58,8 @@ class Dispatcher:
                 self._start(item, gpu)
         self._admit_pass(spread=False)
         if self.batch.settings.device == "cuda":
-            self.problems.spare([prep.job.problem for prep, _ in self.ready] + [p.job.problem for p in self.compiling])
+            self.problems.spare([prep.job.problem for prep, _ in self.ready] + [p.job.problem for p in self.compiling]
+                                + self.expected)
             self._load_ahead()
         return set(self.running)
 

@@ -264,6 +264,11 @@ class OpenProblems:
             with self._lock:
                 self.spares[problem.sha256] = child
 
+    def expect(self, problem: Problem) -> None:
+        """One more candidate of the problem to judge (it arrived while the batch ran)."""
+        with self._lock:
+            self.remaining[problem.sha256] += 1
+
     def finished_one(self, problem: Problem) -> None:
         """One candidate of the problem is judged (or failed before running); the last one closes it, or ends
         its spare (its candidates all failed to compile): a spare nobody will take holds a slot."""

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from pydantic import BaseModel
 
@@ -28,6 +29,7 @@ from evaluator.verdict.rules import ended_badly
 from evaluator.verdict.pacing import Pacer
 from evaluator.protocol import Ack, Check, Go
 from evaluator.parent.references import OpenProblems, ReferenceFailed, ReferenceServer
+from evaluator.parent.stream import Arrivals, JobStream
 from evaluator.sandbox.results import Budget, ChildResult
 from evaluator.sandbox.spawn import LOG, Child
 from evaluator.child.trials import OUTPUT_SUFFIX
@@ -303,43 +305,65 @@ def _compile_failure(batch: Batch, prep: _Prepared, compiled: ChildResult) -> Ve
 Stage = Callable[[CandidateJob, str], None]
 
 
-def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage | None = None) -> Iterator[Verdict]:
+def evaluate(jobs: Iterable[CandidateJob] | JobStream, settings: EvalSettings,
+             on_stage: Stage | None = None) -> Iterator[Verdict]:
     """Judge every job; verdicts are yielded as they are ready (static ones first). Compiles run in parallel
     (on CPU before any timed run); each compiled candidate runs as soon as a device is free and its problem's
-    reference is open. `on_stage(job, stage)` hears each job enter compiling, waiting (compiled, for a device
-    or its problem's reference) and running (called from worker threads). However it ends (Ctrl-C, or the
-    caller closing the generator), running children are stopped and the scratch space removed."""
+    reference is open. A JobStream's jobs join the batch as they arrive (evaluator.parent.stream); on CPU an
+    arrival compiles only while nothing is timed, and nothing is timed while it compiles. `on_stage(job, stage)`
+    hears each job enter compiling, waiting (compiled, for a device or its problem's reference) and running
+    (called from worker threads). However it ends (Ctrl-C, the caller closing the generator, the stream
+    cancelled), running children are stopped and the scratch space removed."""
+    stream = jobs if isinstance(jobs, JobStream) else None
     batch = Batch(settings, per_device=IN_FLIGHT)
     batch.on_stage = on_stage or (lambda job, stage: None)
-    slots = batch.compile_slots
     _log.info("%s", batch.compile_why)
-    compilers = ThreadPoolExecutor(max_workers=slots)
+    compilers = ThreadPoolExecutor(max_workers=batch.compile_slots)
     runners = ThreadPoolExecutor(max_workers=IN_FLIGHT * len(batch.gpus))
+    arrivals = Arrivals(stream)
+    cpu, index = settings.device == "cpu", itertools.count()
     problems = dispatch = None
     try:
         prepared = []
-        for i, job in enumerate(jobs):
-            item = prepare(batch, job, i)
+        for job in [] if stream else jobs:
+            item = prepare(batch, job, next(index))
             if isinstance(item, Verdict):
                 yield item
             else:
                 batch.on_stage(job, "compiling")
                 prepared.append(item)
-        costs = ProblemCosts(batch, [prep.job.problem for prep in prepared]) if settings.timing and prepared else None
-        problems = OpenProblems(batch, [prep.job.problem for prep in prepared], sizes=costs.bytes_moved if costs else None)
+        expected = stream.problems if stream else []  # held open until the stream ends
+        known = [prep.job.problem for prep in prepared] + expected
+        costs = ProblemCosts(batch, known) if settings.timing and known else None
+        problems = OpenProblems(batch, known, sizes=costs.bytes_moved if costs else None)
         compiling = {compilers.submit(compile_once, batch, prep): prep for prep in prepared}
-        if settings.device == "cpu":  # CPU timings must not share the cores with compilers, nor the introspection
+        if cpu:  # CPU timings must not share the cores with compilers, nor the introspection
             wait(compiling)
             if costs:
                 costs.wait()
         dispatch = Dispatcher(batch, problems, runners, functools.partial(_judge_candidate, batch, problems, costs),
                               spawn=functools.partial(_spawn_candidate, batch))
-        dispatch.compiling = list(compiling.values())
-        pending = set(compiling) | dispatch.admit()  # on CUDA the first references start beside the compiles
-        while pending:
+        dispatch.compiling, dispatch.expected = list(compiling.values()), list(expected)
+        pending = set(compiling) | dispatch.admit() | arrivals.waiting()  # on CUDA the first references start
+        while pending:  # beside the compiles
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
-                if future in compiling:
+                if future is arrivals.future:
+                    got = arrivals.take()
+                    if got == "cancelled":
+                        return
+                    pending |= arrivals.waiting()
+                    if got == "end":
+                        for problem in dispatch.expected:
+                            problems.finished_one(problem)
+                        dispatch.expected = []
+                    elif isinstance(item := prepare(batch, got, next(index)), Verdict):
+                        yield item
+                    else:
+                        problems.expect(got.problem)
+                        batch.on_stage(got, "compiling")
+                        arrivals.held.append(item)
+                elif future in compiling:
                     prep = compiling[future]
                     dispatch.compiling.remove(prep)
                     failed = _compile_failure(batch, prep, future.result())
@@ -352,9 +376,18 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, on_stage: Stage |
                 else:
                     dispatch.running.discard(future)
                     yield future.result()
-            pending |= dispatch.admit()
+            if arrivals.held and not (cpu and dispatch.running):
+                for prep in arrivals.held:
+                    future = compilers.submit(compile_once, batch, prep)
+                    compiling[future] = prep
+                    dispatch.compiling.append(prep)
+                    pending.add(future)
+                arrivals.held = []
+            if not (cpu and dispatch.compiling):
+                pending |= dispatch.admit()
     finally:
         batch.stop.set()
+        arrivals.close()
         for pool in (compilers, runners):
             pool.shutdown(wait=True, cancel_futures=True)
         if dispatch:

@@ -1,0 +1,112 @@
+"""Judge-and-store for answers that arrive one by one (the agent loop): each is stored and looked up the moment it
+arrives; what needs judging joins one running evaluator batch (evaluator.parent.stream.JobStream), opened for the
+turn's problem before the first answer, so an answer waits for its own compile and its own run, never for the
+answers judged before it. Every verdict is stored, then handed to `on_judged` as it comes (from the evaluator's
+thread), each followed by those of the answers with the same normalized code."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import defaultdict
+from typing import TYPE_CHECKING, Callable
+
+from evaluator.contracts import CandidateJob, EvalSettings
+from judging.judge import Judged, Submission, static_judged, store_submission, stored_judged
+from judging.record import record_verdict
+from judging.reuse import stored_verdict, twin_verdict
+
+if TYPE_CHECKING:
+    from db import Database
+    from reference_problems import Problem
+
+
+class StreamJudge:
+    """submit() each answer as it arrives; close() waits for every verdict and raises what stopped the evaluator.
+    Leaving the block on an error cancels what is still being judged. On CUDA the batch opens at once (its
+    reference starts while the answers are written); on CPU at the first answer that needs it."""
+
+    def __init__(self, database: Database, problems: list[Problem], settings: EvalSettings,
+                 on_judged: Callable[[Judged], None]):
+        self.database, self.problems, self.settings, self.on_judged = database, problems, settings, on_judged
+        self._stream = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._first: dict[str, str] = {}  # normalized code -> the path of its first job, the one judged
+        self._twins: dict[str, list[CandidateJob]] = defaultdict(list)  # that path -> later jobs, its verdict's
+        self._done: dict[str, Judged] = {}  # path -> its verdict, once it came
+        self._by_path: dict[str, CandidateJob] = {}
+
+    def __enter__(self) -> StreamJudge:
+        if self.settings.device == "cuda":
+            self._open()
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if kind is None:
+            self.close()
+        elif self._stream is not None:
+            self._stream.cancel()
+            self._thread.join()
+
+    def submit(self, submission: Submission) -> None:
+        store_submission(self.database, submission)
+        job, key = submission.job, submission.normalized_sha256
+        if row := stored_verdict(self.database, job, self.settings):
+            return self.on_judged(stored_judged(row, job))
+        if submission.verdict is not None:
+            return self.on_judged(static_judged(self.database, submission))
+        if key is not None and (first := self._first.get(key)) is not None:
+            return self._twin_of(first, job)
+        if key is not None and (row := twin_verdict(self.database, job, key, self.settings)):
+            return self.on_judged(stored_judged(row, job))
+        if key is not None:
+            self._first[key] = str(job.path)
+        self._by_path[str(job.path)] = job
+        self._open()
+        self._stream.put(job)
+
+    def close(self) -> None:
+        if self._stream is None:
+            return
+        self._stream.close()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def _twin_of(self, first: str, job: CandidateJob) -> None:
+        with self._lock:
+            judged = self._done.get(first)
+            if judged is None:
+                self._twins[first].append(job)
+        if judged is not None:
+            self.on_judged(judged._replace(reused=True, job=job))
+
+    def _open(self) -> None:
+        if self._stream is not None:
+            return
+        from evaluator.parent.stream import JobStream
+        from evaluator.sandbox.spawn import start_children
+
+        start_children()  # the children's fork server imports torch while this process does
+        self._stream = JobStream(self.problems)
+        self._thread = threading.Thread(target=self._judge, name="kforge-judge", daemon=True)
+        self._thread.start()
+
+    def _judge(self) -> None:
+        from evaluator.parent.runner import evaluate  # torch loads here, not when the CLI starts
+
+        try:
+            with contextlib.closing(evaluate(self._stream, self.settings)) as verdicts:
+                for verdict in verdicts:
+                    path = verdict.solution_path
+                    judged = Judged(verdict, record_verdict(self.database, verdict), False, self._by_path[path])
+                    with self._lock:
+                        self._done[path] = judged
+                        twins = self._twins.pop(path, [])
+                    self.on_judged(judged)
+                    for twin in twins:
+                        self.on_judged(judged._replace(reused=True, job=twin))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread by close()
+            self._error = exc
