@@ -92,6 +92,10 @@ def main() -> None:
         wall = time.monotonic() - start
     for t, kind, sample in log:
         print(f"{t - start:6.1f} s  sample {sample} {kind}")
+    for c in sorted(result.candidates, key=lambda c: c.sample):
+        stages = c.verdict.evidence.stage_s if c.verdict else {}
+        print(f"sample {c.sample}: {c.status}; " + ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()
+                                                           if k in ("compile_child", "reference_wait", "load", "timed")))
     arrived = {sample: t for t, kind, sample in log if kind == "answered"}
     waits = [t - arrived[sample] for t, kind, sample in log if kind == "judged" and sample in arrived]
     print(f"turn of {args.n} answers {args.gap:g} s apart on {args.device} ({args.size}): {wall:.1f} s; statuses "
