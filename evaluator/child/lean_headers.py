@@ -37,7 +37,7 @@ import torch.utils.cpp_extension as cpp_extension
 from evaluator.diagnose import first_error
 
 DIRECTORY = "kforge_lean"
-VERSION = "lean-3"  # part of the build cache's key: a build made another way is another build
+VERSION = "lean-4"  # part of the build cache's key: a build made another way is another build
 _FULL_MARKER = "full"
 MAIN_FULL = "main-full"  # a lean build of this extension's main.cpp failed: it is built as written from then on
 _PARALLEL = re.compile(r"\bparallel_(for|reduce)\b")
@@ -191,9 +191,9 @@ def _lean_flag(arguments: dict) -> tuple[str | None, str]:
     if (lean / _FULL_MARKER).exists():
         return None, f"full: the lean build failed ({(lean / _FULL_MARKER).read_text().strip()})"
     ops = operators_called(source)
-    text = lean_header(ops)
-    for name in _UMBRELLAS:
-        _write_if_changed(lean / name, text)
+    _write_if_changed(lean / _UMBRELLAS[0], lean_header(ops))
+    # one definition: two files of the same text are one to #pragma once only while their mtimes match
+    _write_if_changed(lean / _UMBRELLAS[1], f"#pragma once\n#include <{_UMBRELLAS[0]}>\n")
     for op in ops:
         _write_if_changed(lean / "ATen" / "ops" / f"{op}.h", _operator_header(op))
     return f"-I{lean}", "lean"

@@ -9,6 +9,7 @@ import secrets
 import shutil
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -56,6 +57,7 @@ class Batch:
         # running candidate's leak check would count unless it reads that candidate's own processes
         self._warms = settings.device == "cuda" and not gpumemory.unavailable()
         self.stop = threading.Event()  # set when the batch ends early: running children are stopped
+        self.headers: ThreadPoolExecutor | None = None  # where evaluate() builds precompiled headers off the compiles' path
         self._free = set(self.gpus)
         self._freed = threading.Condition()
         self._locks: dict[str | None, int] = {}

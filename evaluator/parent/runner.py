@@ -102,12 +102,11 @@ def compile_once(batch: Batch, prep: _Prepared) -> ChildResult:
 
 
 def _compile_child(batch: Batch, prep: _Prepared, memo: buildcache.CompileRecord) -> ChildResult:
+    if batch.headers is not None:  # CUDA: later compiles take the .gch; this one goes on without (main.o is
+        batch.headers.submit(_prepare_headers, batch, prep)  # built beside the .cu, off its critical path)
+    else:  # CPU: nothing may compile while a candidate is timed
+        _prepare_headers(batch, prep)
     workdir = prep.workdir / "compile"
-    said = buildcache.prepare_headers(prep.job.text, batch.build_root, prep.workdir / "pch", batch.tool(prep.workdir / "pch"))
-    _log.info("precompiled headers for %s: %s", prep.job.path, "; ".join(said) or "none wanted")
-    for failed in (s for s in said if "build failed" in s):  # said once per flag set: later compiles read "failed before"
-        _log.warning("the precompiled torch header could not be built (%s); main.cpp compiles without it, ~10 s slower each",
-                     failed)
     result = batch.run("compile", prep.job.problem, workdir, prep.build_dir, prep.candidate)
     outcome = _ended_badly(batch, result)
     if outcome is None and _published(workdir, prep):
@@ -116,6 +115,16 @@ def _compile_child(batch: Batch, prep: _Prepared, memo: buildcache.CompileRecord
         memo.record_failure(result)
     _free(workdir)
     return result
+
+
+def _prepare_headers(batch: Batch, prep: _Prepared) -> None:
+    """The precompiled headers the job's load_inline calls will want, built and published (buildcache)."""
+    scratch = batch.root / "pch" / prep.workdir.name
+    said = buildcache.prepare_headers(prep.job.text, batch.build_root, scratch, batch.tool(scratch))
+    _log.info("precompiled headers for %s: %s", prep.job.path, "; ".join(said) or "none wanted")
+    for failed in (s for s in said if "build failed" in s):  # said once per flag set: later compiles read "failed before"
+        _log.warning("the precompiled torch header could not be built (%s); main.cpp compiles without it, ~10 s slower each",
+                     failed)
 
 
 def _ended_badly(batch: Batch, result: ChildResult) -> Outcome | None:
@@ -322,6 +331,7 @@ def evaluate(jobs: Iterable[CandidateJob] | JobStream, settings: EvalSettings,
     runners = ThreadPoolExecutor(max_workers=IN_FLIGHT * len(batch.gpus))
     arrivals = Arrivals(stream)
     cpu, index = settings.device == "cpu", itertools.count()
+    batch.headers = None if cpu else ThreadPoolExecutor(max_workers=1, thread_name_prefix="kforge-headers")
     problems = dispatch = None
     try:
         prepared = []
@@ -388,8 +398,9 @@ def evaluate(jobs: Iterable[CandidateJob] | JobStream, settings: EvalSettings,
     finally:
         batch.stop.set()
         arrivals.close()
-        for pool in (compilers, runners):
-            pool.shutdown(wait=True, cancel_futures=True)
+        for pool in (compilers, runners, batch.headers):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         if dispatch:
             dispatch.close()
         if problems:
