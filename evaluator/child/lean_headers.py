@@ -124,11 +124,21 @@ def binding_header() -> str:
     return main_header([])
 
 
+def source_text(sources) -> str | None:
+    """load_inline's cpp_sources or cuda_sources as one text (a string, or a list or tuple of strings); None for
+    anything else, which is built as written."""
+    if isinstance(sources, str):
+        return sources
+    if isinstance(sources, (list, tuple)) and all(isinstance(s, str) for s in sources):
+        return "\n".join(sources)
+    return None
+
+
 def declarations_only(cpp_sources) -> bool:
     """Whether load_inline's cpp_sources only declare (no body, nothing that needs the full headers): its main.cpp
     is then the pybind11 binding alone, and its machine code holds none of the candidate's own."""
-    text = cpp_sources if isinstance(cpp_sources, str) else "\n".join(cpp_sources or [])
-    if not isinstance(text, str):
+    text = source_text(cpp_sources if cpp_sources is not None else [])
+    if text is None:
         return False
     code = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
     return "{" not in code and "#define" not in code and why_full(code, []) is None
@@ -138,8 +148,7 @@ def lean_code(cpp_sources, functions, extra_cflags) -> str | None:
     """The code of a load_inline main.cpp that may build against a lean header of its own (a C++ kernel, a CUDA
     launcher), or None when it is built as written: no functions to bind, code that needs the full headers, flags
     that move headers."""
-    text = cpp_sources if isinstance(cpp_sources, str) else \
-        "\n".join(cpp_sources) if isinstance(cpp_sources, (list, tuple)) and all(isinstance(c, str) for c in cpp_sources) else None
+    text = source_text(cpp_sources)
     flags = extra_cflags or []
     if not text or functions is None or not isinstance(flags, (list, tuple)) or why_full(text, [str(f) for f in flags]):
         return None
@@ -184,7 +193,9 @@ def _lean_flag(arguments: dict) -> tuple[str | None, str]:
         return None, ""  # no .cu: nothing to say (main.cpp's build is precompiled.Headers')
     if arguments.get("no_implicit_headers") or arguments.get("with_sycl"):
         return None, "full: not a plain load_inline .cu"
-    source = sources if isinstance(sources, str) else "\n".join(sources)
+    source = source_text(sources)
+    if source is None:
+        return None, "full: its cuda_sources are not strings"
     if reason := why_full(source, list(arguments.get("extra_cuda_cflags") or [])):
         return None, f"full: {reason}"
     lean = build_directory(arguments) / DIRECTORY
