@@ -133,7 +133,7 @@ def test_a_candidate_identical_to_the_reference_is_one_x_with_a_core_hogged(cpu_
     assert "paired ratios from 3 pairs of fresh processes" in report.interval
     assert report.reference_calls == report.calls
     low, high = report.speedup_interval
-    assert 0.9 <= verdict.speedup <= 1.1 and low <= verdict.speedup <= high, (verdict.speedup, report)
+    assert 0.9 <= verdict.speedup <= 1.1 and low <= verdict.speedup <= high, (verdict.speedup, (low, high), report.interval)
 
 
 def test_cpu_runs_are_timed_on_the_last_core_and_compiles_run_off_it(cpu_settings, tmp_path):
