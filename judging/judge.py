@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, NamedTuple
 
 from pydantic import BaseModel
 
@@ -17,6 +17,7 @@ from judging.reuse import stored_verdict, twin_verdict
 
 if TYPE_CHECKING:  # annotations only: the CLI's start-up must not load SQLAlchemy
     from db import Database, EvaluationRow
+    from evaluator.parent.stream import JobStream
 
 Backend = Callable[..., Iterator[Verdict]]
 
@@ -61,7 +62,8 @@ def judge_and_store(database: Database, submissions: list[Submission], settings:
     yield from reused
     if runnable and on_evaluate:
         on_evaluate(len(runnable))
-    for judged in _evaluate(database, runnable, settings, backend, on_stage):
+    by_path = {str(job.path): job for job in runnable}
+    for judged in evaluate_and_record(database, runnable, settings, by_path, backend, on_stage):
         yield judged
         yield from (judged._replace(reused=True, job=twin) for twin in twins[str(judged.job.path)])
 
@@ -120,10 +122,12 @@ def _first_of_each_code(database: Database, submissions: list[Submission], setti
     return reused, runnable, twins
 
 
-def _evaluate(database: Database, jobs: list[CandidateJob], settings: EvalSettings, backend: Backend | None,
-              on_stage: Callable | None) -> Iterator[Judged]:
+def evaluate_and_record(database: Database, jobs: list[CandidateJob] | JobStream, settings: EvalSettings,
+                        by_path: Mapping[str, CandidateJob], backend: Backend | None = None,
+                        on_stage: Callable | None = None) -> Iterator[Judged]:
     """Evaluate (the local evaluator unless a backend is given; on_stage hears the local one's progress) and store
-    each verdict as it comes; however the caller stops, the evaluator's children are stopped."""
+    each verdict as it comes, with the job `by_path` names for it (read as each verdict comes: a stream's jobs
+    are added as they arrive); however the caller stops, the evaluator's children are stopped."""
     if not jobs:
         return
     if backend is None:
@@ -134,7 +138,6 @@ def _evaluate(database: Database, jobs: list[CandidateJob], settings: EvalSettin
 
     backend = backend or evaluate
     hooks = {"on_stage": on_stage} if on_stage and backend is evaluate else {}
-    by_path = {str(job.path): job for job in jobs}
     with contextlib.closing(backend(jobs, settings, **hooks)) as verdicts:
         for verdict in verdicts:
             yield Judged(verdict, record_verdict(database, verdict), False, by_path[verdict.solution_path])

@@ -6,14 +6,12 @@ thread), each followed by those of the answers with the same normalized code."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable
 
 from evaluator.contracts import CandidateJob, EvalSettings
-from judging.judge import Judged, Submission, static_judged, store_submission, stored_judged
-from judging.record import record_verdict
+from judging.judge import Judged, Submission, evaluate_and_record, static_judged, store_submission, stored_judged
 from judging.reuse import stored_verdict, twin_verdict
 
 if TYPE_CHECKING:
@@ -87,26 +85,20 @@ class StreamJudge:
         if self._stream is not None:
             return
         from evaluator.parent.stream import JobStream
-        from evaluator.sandbox.spawn import start_children
 
-        start_children()  # the children's fork server imports torch while this process does
         self._stream = JobStream(self.problems)
         self._thread = threading.Thread(target=self._judge, name="kforge-judge", daemon=True)
         self._thread.start()
 
     def _judge(self) -> None:
-        from evaluator.parent.runner import evaluate  # torch loads here, not when the CLI starts
-
         try:
-            with contextlib.closing(evaluate(self._stream, self.settings)) as verdicts:
-                for verdict in verdicts:
-                    path = verdict.solution_path
-                    judged = Judged(verdict, record_verdict(self.database, verdict), False, self._by_path[path])
-                    with self._lock:
-                        self._done[path] = judged
-                        twins = self._twins.pop(path, [])
-                    self.on_judged(judged)
-                    for twin in twins:
-                        self.on_judged(judged._replace(reused=True, job=twin))
+            for judged in evaluate_and_record(self.database, self._stream, self.settings, self._by_path):
+                path = str(judged.job.path)
+                with self._lock:
+                    self._done[path] = judged
+                    twins = self._twins.pop(path, [])
+                self.on_judged(judged)
+                for twin in twins:
+                    self.on_judged(judged._replace(reused=True, job=twin))
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread by close()
             self._error = exc

@@ -137,7 +137,7 @@ def source_text(sources) -> str | None:
 def declarations_only(cpp_sources) -> bool:
     """Whether load_inline's cpp_sources only declare (no body, nothing that needs the full headers): its main.cpp
     is then the pybind11 binding alone, and its machine code holds none of the candidate's own."""
-    text = source_text(cpp_sources if cpp_sources is not None else [])
+    text = source_text(cpp_sources or "")
     if text is None:
         return False
     code = re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
