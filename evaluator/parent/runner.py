@@ -259,17 +259,23 @@ def _within_budgets(found: Verdict, ran: Ran) -> Verdict:
 def _run_compiled(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold, child: Child,
                   gpu: str | None) -> Verdict | Ran:
     """The candidate's run, and where Batch.pairs asks for more than one process pair (CPU), the same run again
-    in fresh processes on both sides while every run so far is correct with a paired ratio: each is judged in
-    full, and the speedup pools their ratios (verdicts.judged). An interpreted candidate has no speed to pool."""
+    in fresh processes on both sides while every run so far is correct and timed: each is judged in full, and
+    the speedup pools the ratios of the pairs that have one (verdicts.judged). A pair whose ratio could not stand
+    still calls for the next, so whether a candidate is judged in its later processes never hangs on timing
+    noise. An interpreted candidate has no speed to pool."""
     settings, text = batch.settings, prep.job.text
     runs = [_run_pair(batch, problems, prep, take, child, gpu, 0)]
-    while (len(runs) < batch.pairs() and isinstance(runs[-1], Ran) and not settings.interprets(text)
-           and runs[-1].outcome(settings, prep.job.problem.meta, language=settings.language_of(text)).speedup is not None):
+    while len(runs) < batch.pairs() and isinstance(runs[-1], Ran) and not settings.interprets(text) \
+            and _timed_correct(runs[-1].outcome(settings, prep.job.problem.meta, language=settings.language_of(text))):
         runs.append(_run_pair(batch, problems, prep, take, _spawn_candidate(batch, prep, gpu), gpu, len(runs)))
     first, *more = runs
     if isinstance(first, Ran):  # a later pair whose reference failed where the first's ran: pool what ran
         first.more = [ran for ran in more if isinstance(ran, Ran)]
     return first
+
+
+def _timed_correct(outcome: Outcome) -> bool:
+    return outcome.status is Status.CORRECT and outcome.timing is not None
 
 
 def _run_pair(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold, child: Child, gpu: str | None,

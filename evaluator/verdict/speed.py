@@ -138,7 +138,7 @@ def pooled(outcomes: list[Outcome], paireds: list[Paired]) -> Outcome:
             outcome.evidence.cause = f"in process pair {k + 1} of {len(outcomes)}: {outcome.evidence.cause}"
             return outcome
     kept = [(outcome, paired) for outcome, paired in zip(outcomes, paireds, strict=True) if outcome.speedup]
-    first = outcomes[0]  # a pair runs only after one with a paired ratio: kept starts with it, if with any
+    first = outcomes[0]  # its evidence stands; the timing is the kept pairs' together
     if len(kept) < 2:
         return first
     reference = [block for _, paired in kept for block in paired.reference]
