@@ -234,13 +234,13 @@ class Compiled(Message):
 
 
 class Kernels(Message):
-    """The candidate's own kernels: the compiled extensions it loaded and the Triton kernels its file defines
-    (evaluator.child.watches.Watch), sent once after the trials."""
+    """The candidate's own kernels: the compiled extensions it loaded and the Triton, CuTe DSL or TileLang kernels
+    made from its file (evaluator.child.watches.Watch), sent once after the trials."""
 
     event: Literal["kernels"] = "kernels"
-    modules: list[str] = Field(default_factory=list)  # extension modules loaded, then Triton kernels defined
+    modules: list[str] = Field(default_factory=list)  # extension modules loaded, then kernels made from its file
     unverifiable: list[str] = Field(default_factory=list)  # loaded, but calls into them cannot be counted
-    foreign: list[str] = Field(default_factory=list)  # Triton kernels defined elsewhere that the trials launched
+    foreign: list[str] = Field(default_factory=list)  # kernels made elsewhere that the trials launched
     not_compiled: dict[str, str] = Field(default_factory=dict)  # interpreted kernel -> the GPU compiler's first error
     # Triton kernel -> (configs benchmarked, seconds) of its autotuning, untimed (evaluator/child/triton_autotune.py)
     autotuned: dict[str, tuple[int, float]] = Field(default_factory=dict)
@@ -249,7 +249,7 @@ class Kernels(Message):
 class Calls(BaseModel):
     """What a watched call ran (counted by evaluator.child.kernel_watch.KernelWatch)."""
 
-    kernel: int = 0  # calls of functions of the candidate's compiled extensions, launches of its Triton kernels
+    kernel: int = 0  # calls of its compiled extensions' functions, launches of its own kernels
     reference: int = 0  # calls into the reference problem's code
     foreign: int = 0  # launches of Triton kernels defined outside the candidate's file
 

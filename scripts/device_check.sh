@@ -10,6 +10,13 @@ if [ -d .whl ]; then  # a machine without pydantic/sqlalchemy: the wheels script
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 fi
+if [ -d .dslwhl ]; then  # the CuTe DSL's and TileLang's wheels, carried in parts (scripts/device_dsl_wheels.sh)
+  mkdir -p /tmp/dslwhl && cp .dslwhl/part-*/* /tmp/dslwhl/ && (cd /tmp/dslwhl && for w in $(ls *.piece-00 2>/dev/null); do
+    cat "${w%.piece-00}".piece-* > "${w%.piece-00}" && rm "${w%.piece-00}".piece-*; done)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/dslsite /tmp/dslwhl/*.whl || exit 1
+  # what the CuTe DSL's .pth would add, which a --target folder on PYTHONPATH does not run
+  export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/dslsite:/tmp/dslsite/nvidia_cutlass_dsl/dsl_packages:$PWD
+fi
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 [ -d /dev/shm ] && export TMPDIR=/dev/shm  # multi-GB reference outputs: keep the scratch files in RAM
 export KFORGE_DB=${KFORGE_DB:-sqlite:///$OUT/kforge.db} KFORGE_BUILD_ROOT=${KFORGE_BUILD_ROOT:-/tmp/kforge-builds}

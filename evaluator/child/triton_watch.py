@@ -15,7 +15,6 @@ as foreign; a launcher that bypasses Triton's own (torch inductor's static CUDA 
 
 from __future__ import annotations
 
-import os
 from functools import wraps
 from pathlib import Path
 from types import CodeType
@@ -24,7 +23,7 @@ from triton.compiler.compiler import ASTSource, CompiledKernel
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from evaluator.protocol import Calls, Kernels
+from evaluator.child.launch_watch import LaunchWatch
 
 
 def _interpreted_source(kernel: InterpretedFunction, kwargs: dict):
@@ -37,18 +36,14 @@ def _compiled_source(kernel: CompiledKernel, _kwargs: dict):
     return kernel.src.fn.fn if isinstance(kernel.src, ASTSource) else kernel
 
 
-class TritonWatch:
+class TritonWatch(LaunchWatch):
     """Install once, before the candidate is imported; then `call(fn)` runs fn and counts, like KernelWatch."""
 
     def __init__(self, candidate_file: Path):
-        self.report = Kernels()  # modules: the candidate's own kernels, by qualified name, in the order made
-        self.foreign: list[str] = []  # kernels defined elsewhere that a watched call launched
-        self._file = os.path.realpath(candidate_file)
-        self._own: dict[CodeType, bool] = {}
-        self._calls: Calls | None = None
+        super().__init__(candidate_file)
         # the first interpreted launch of each own kernel: its function and arguments, for a compile that proves the
         # body is Triton (evaluator/child/triton_aot.py); held until taken
-        self.launched: dict[CodeType, tuple] = {}
+        self.launched_first: dict[CodeType, tuple] = {}
 
     def install(self) -> None:
         for cls in (JITFunction, InterpretedFunction):
@@ -60,45 +55,20 @@ class TritonWatch:
         """The entry points install() wrapped, for the guard to hold: restoring one hides launches."""
         return {JITFunction: ("__init__",), InterpretedFunction: ("__init__", "run"), CompiledKernel: ("launch_metadata",)}
 
-    def _is_own(self, code: CodeType) -> bool:
-        if code not in self._own:
-            self._own[code] = os.path.realpath(code.co_filename) == self._file
-        return self._own[code]
-
     def _recording(self, init):
         @wraps(init)
         def made(kernel, fn, *args, **kwargs):
             init(kernel, fn, *args, **kwargs)
-            code = getattr(fn, "__code__", None)
-            if code is not None and code not in self._own and self._is_own(code):  # made into a kernel the first time
-                self.report.modules.append(fn.__qualname__)
+            self.made(fn)
         return made
 
     def _counting(self, launch, source_of, keep: bool = False):
         """launch wrapped: each launch during a watched call counts for the function source_of gives it (None: no
-        launch); with `keep`, an own kernel's first launch is kept (self.launched)."""
+        launch); with `keep`, an own kernel's first launch is kept (self.launched_first)."""
         @wraps(launch)
         def counted(kernel, *args, **kwargs):
-            calls, fn = self._calls, source_of(kernel, kwargs)
-            if calls is not None and fn is not None:
-                code = getattr(fn, "__code__", None)
-                if code is not None and self._is_own(code):
-                    calls.kernel += 1
-                    if keep and code not in self.launched:
-                        self.launched[code] = (fn, args, kwargs)
-                else:
-                    calls.foreign += 1
-                    name = f"{fn.__module__}.{fn.__qualname__}" if code is not None else kernel.name
-                    if name not in self.foreign:
-                        self.foreign.append(name)
+            fn = source_of(kernel, kwargs)
+            if fn is not None and self.launched(fn if hasattr(fn, "__code__") else None, getattr(kernel, "name", "")) and keep:
+                self.launched_first.setdefault(fn.__code__, (fn, args, kwargs))
             return launch(kernel, *args, **kwargs)
         return counted
-
-    def call(self, fn):
-        """fn() with every Triton launch counted; returns its result and the counts."""
-        calls = self._calls = Calls()
-        try:
-            result = fn()
-        finally:
-            self._calls = None
-        return result, calls

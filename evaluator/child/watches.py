@@ -1,7 +1,7 @@
 """The candidate child's one kernel watch: the extension watch always (it also counts calls into the problem's
-file), nested around the Triton watch for a Triton candidate, with their counts and reports merged, so the parent
-gets one Calls per trial and one Kernels message whatever the language. A Triton candidate's autotuning is held to
-its budget and costed here too (evaluator/child/triton_autotune.py)."""
+file), nested around the launch watch of a Triton, CuTe DSL or TileLang candidate, with their counts and reports
+merged, so the parent gets one Calls per trial and one Kernels message whatever the language. A Triton candidate's
+autotuning is held to its budget and costed here too (evaluator/child/triton_autotune.py)."""
 
 from __future__ import annotations
 
@@ -19,16 +19,23 @@ class Watch:
 
     def __init__(self, problem_file: Path, candidate_file: Path, language: Language | None, device: str):
         self.extensions = KernelWatch(problem_file)
-        self.triton = self.autotuning = None
+        self.launches = self.autotuning = None
         self._candidate = candidate_file
         self._interpreted = language is Language.TRITON and device == "cpu"
         if self._interpreted:  # the candidate's kernels are decorated at its import (the library's: TRITON_ON_CPU)
             os.environ["TRITON_INTERPRET"] = "1"
-        if language is Language.TRITON:  # triton is imported only for its candidates
+        # a language's library is imported only for its candidates
+        if language is Language.TRITON:
             from evaluator.child.triton_autotune import Autotuning
             from evaluator.child.triton_watch import TritonWatch
-            self.triton = TritonWatch(candidate_file)
+            self.launches = TritonWatch(candidate_file)
             self.autotuning = Autotuning(self._cpu_bench())
+        elif language is Language.CUTE:
+            from evaluator.child.dsl_watch import CuteWatch
+            self.launches = CuteWatch(candidate_file)
+        elif language is Language.TILELANG:
+            from evaluator.child.dsl_watch import TileLangWatch
+            self.launches = TileLangWatch(candidate_file)
 
     def _cpu_bench(self):
         """Autotuning's benchmarker where Triton's own needs a GPU driver: under the interpreter, kforge's."""
@@ -39,19 +46,19 @@ class Watch:
 
     def install(self) -> None:
         self.extensions.install()
-        if self.triton is not None:
-            self.triton.install()
-            self.autotuning.install()
+        for watch in (self.launches, self.autotuning):
+            if watch is not None:
+                watch.install()
 
     def held(self) -> dict[type, tuple[str, ...]]:
         """Class attributes the watch replaced, for the guard to hold."""
-        return self.triton.held() | self.autotuning.held() if self.triton is not None else {}
+        return {k: v for watch in (self.launches, self.autotuning) if watch is not None for k, v in watch.held().items()}
 
     def call(self, fn):
-        """fn() watched by both: Triton's launches counted inside the profile hook's watch."""
-        if self.triton is None:
+        """fn() watched by both: the language's launches counted inside the profile hook's watch."""
+        if self.launches is None:
             return self.extensions.call(fn)
-        (result, launched), calls = self.extensions.call(lambda: self.triton.call(fn))
+        (result, launched), calls = self.extensions.call(lambda: self.launches.call(fn))
         calls.kernel += launched.kernel
         calls.foreign = launched.foreign
         return result, calls
@@ -59,13 +66,14 @@ class Watch:
     def report(self) -> Kernels:
         """What the trials showed, merged; interpreted kernels compiled for a GPU target first (triton_cpu)."""
         found = self.extensions.report.model_copy(deep=True)
-        if self.triton is None:
+        if self.launches is None:
             return found
-        found.modules += self.triton.report.modules
-        found.foreign = list(self.triton.foreign)
-        found.autotuned = {name: (configs, round(seconds, 3)) for name, (configs, seconds) in self.autotuning.costs.items()}
+        found.modules += self.launches.report.modules
+        found.foreign = list(self.launches.foreign)
+        if self.autotuning is not None:
+            found.autotuned = {name: (configs, round(seconds, 3)) for name, (configs, seconds) in self.autotuning.costs.items()}
         if self._interpreted:
             from evaluator.child import triton_cpu
-            found.not_compiled = triton_cpu.not_compiled(self._candidate, self.triton.launched)
-        self.triton.launched.clear()
+            found.not_compiled = triton_cpu.not_compiled(self._candidate, self.launches.launched_first)
+            self.launches.launched_first.clear()
         return found

@@ -54,6 +54,8 @@ def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
         # Triton's kernel cache in the child's own build dir, never a shared ~/.triton: the cache holds absolute
         # paths, and the build dir has the same path in the compile and the candidate child (the cache's view)
         TRITON_CACHE_DIR=str(build_dir / "triton"),
+        # the CuTe DSL's and TileLang's kernel caches likewise (their defaults: a shared folder under /tmp, ~/.tilelang)
+        CUTE_DSL_CACHE_DIR=str(build_dir / "cute"), TILELANG_CACHE_DIR=str(build_dir / "tilelang"),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
         CUDA_DEVICE_ORDER="PCI_BUS_ID",  # a GPU's index is NVML's, which reads each child's device memory (gpumemory)

@@ -164,31 +164,40 @@ def _trial_names(labels: list[str]) -> str:
     return ", ".join(label.replace("_", " ") for label in labels)
 
 
-def _triton_kernel(kernels: Kernels, report: dict) -> Outcome | None:
-    """A Triton kernel defined in the candidate's file must launch in every trial; a library's is not its own."""
+# a launch language -> its name, and how the candidate's file would have made a kernel in it
+_LAUNCHED = {
+    Language.TRITON: ("Triton", "no Triton kernel defined: the candidate's file makes none with @triton.jit"),
+    Language.CUTE: ("CuTe DSL", "no CuTe DSL kernel compiled from the candidate's file (with @cute.jit)"),
+    Language.TILELANG: ("TileLang", "no TileLang kernel compiled from the candidate's file (with @tilelang.jit or "
+                                    "tilelang.compile)"),
+}
+
+
+def _launched_kernel(language: Language, kernels: Kernels, report: dict) -> Outcome | None:
+    """A kernel made from the candidate's file must launch in every trial; a library's is not its own."""
+    name, none_made = _LAUNCHED[language]
     idle = sorted(label for label, t in report.items() if not t.calls.kernel)
     if not kernels.modules:
-        return cheat("no_custom_kernel", "no Triton kernel defined: the candidate's file makes none with @triton.jit"
-                                          + (f"; forward() launched only foreign ones ({', '.join(kernels.foreign)})"
-                                             if kernels.foreign else ", so forward() runs only PyTorch ops"), "correctness")
+        return cheat("no_custom_kernel", none_made + (f"; forward() launched only foreign ones ({', '.join(kernels.foreign)})"
+                                                      if kernels.foreign else ", so forward() runs only PyTorch ops"), "correctness")
     if not idle:
         return None
     if kernels.foreign and all(report[label].calls.foreign for label in idle):
-        return cheat("no_custom_kernel", f"forward() launched only Triton kernels defined elsewhere "
+        return cheat("no_custom_kernel", f"forward() launched only {name} kernels defined elsewhere "
                                           f"({', '.join(kernels.foreign)}) in {_trial_names(idle)}, none of its own "
                                           f"({', '.join(kernels.modules)})", "correctness")
-    return cheat("no_custom_kernel", f"its Triton kernels ({', '.join(kernels.modules)}) never launched in "
+    return cheat("no_custom_kernel", f"its {name} kernels ({', '.join(kernels.modules)}) never launched in "
                                       f"{_trial_names(idle)}: the work is done by PyTorch ops", "correctness")
 
 
 def _kernel(case: Case) -> Outcome | None:
-    """A kernel of the candidate's own must run in every trial (an extension's function called, or for Triton one
-    of its kernels launched), and the reference problem's code in none."""
+    """A kernel of the candidate's own must run in every trial (an extension's function called, or for Triton, the
+    CuTe DSL and TileLang one of its kernels launched), and the reference problem's code in none."""
     kernels, report = case.result.read(Kernels), case.result.read(Trials).trials
     if any(t.calls.reference for t in report.values()):
         return cheat("calls_reference", "forward() runs the reference problem's code (its Model) instead of a kernel", "correctness")
-    if case.language is Language.TRITON:
-        return _triton_kernel(kernels or Kernels(), report)
+    if case.language in _LAUNCHED:
+        return _launched_kernel(case.language, kernels or Kernels(), report)
     if kernels is None or not kernels.modules:
         return cheat("no_custom_kernel", "no compiled extension: the candidate built or loaded none with "
                                           "torch.utils.cpp_extension, so forward() runs only PyTorch ops", "correctness")

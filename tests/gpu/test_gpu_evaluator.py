@@ -86,3 +86,17 @@ def test_one_problem_runs_on_both_gpus_each_with_its_own_reference(tmp_path):
     verdicts = _run(copies, "relu", "small", tmp_path)
     assert {v.status for v in verdicts.values()} == {Status.CORRECT}
     assert {v.evidence.gpu for v in verdicts.values()} == set(visible_gpus()[:2])
+
+
+@pytest.mark.parametrize("language, module", [("cute", "cutlass.cute"), ("tilelang", "tilelang")])
+def test_a_dsl_kernel_of_its_own_must_launch(language, module, tmp_path):
+    """The CuTe DSL's and TileLang's launch watches (evaluator/child/dsl_watch.py): the honest kernel is `correct`
+    with its kernel named; its twin that compiles a kernel of its own and lets PyTorch do the work is caught."""
+    pytest.importorskip(module)
+    folder = ROOT / "tests/candidates" / language / "scale_bias_hardswish"
+    verdicts = _run([folder / "honest.py", folder / "compiled_not_launched.py"], "scale_bias_hardswish", "small", tmp_path)
+    honest, hostile = verdicts["honest.py"], verdicts["compiled_not_launched.py"]
+    assert honest.status is Status.CORRECT, honest.evidence.cause
+    assert honest.evidence.language == language
+    assert (hostile.status, hostile.evidence.exploit) == (Status.CHEAT, "no_custom_kernel"), hostile.evidence.cause
+    assert "never launched" in hostile.evidence.cause, hostile.evidence.cause
