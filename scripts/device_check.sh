@@ -55,7 +55,7 @@ ncu() {  # Nsight Compute agreement; one more kforge evaluation first (it also l
   python3 benchmarks/ncu_compare.py "$KFORGE_DB" ${@:-$REPAIRS} | tee -a "$OUT/ncu.jsonl"
 }
 gpu_tests() {  # every test that needs a GPU: tests/gpu and the GPU reward-hacking classes
-  python3 -m pytest ${GPU_TESTS:-tests/gpu tests/test_reward_hacking.py} -m gpu -v --durations=0 -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
+  python3 -m pytest ${GPU_TESTS:-tests/gpu tests/test_reward_hacking.py tests/test_lean_headers.py} -m gpu -v --durations=0 -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
 }
 adversarial() {  # each adversarial candidate on the GPU, with the status kforge gives it
   kf evaluate tests/adversarial --device cuda --size small --jobs 14 --json | tee "$OUT/adversarial.jsonl"

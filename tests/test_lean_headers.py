@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch.utils.cpp_extension as cpp_extension
 
 from evaluator.child import lean_headers
 from evaluator.child.loading import build_steps
@@ -96,6 +97,29 @@ def test_a_plain_kernel_builds_lean(tmp_path):
     assert "nvcc_driver.py" in ninja.split("nvcc = ", 1)[1].splitlines()[0]  # nvcc's front ends side by side
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not (Path(cpp_extension.include_paths()[0]) / "c10/cuda/impl/cuda_cmake_macros.h").exists(),
+                    reason="torch's CPU build has no c10/cuda headers to compile against (the GPU check runs it)")
+def test_a_launcher_taking_only_the_stream_builds_against_the_lean_cuda_context(tmp_path):
+    """relu_dispatch.cu includes ATen/cuda/CUDAContext.h for at::cuda::getCurrentCUDAStream: it compiles against
+    the lean header's CUDA context (no cuBLAS, cuSPARSE, cuSOLVER or ATen/Context.h), found before torch's."""
+    build = tmp_path / "build"
+    build.mkdir()
+    assert _load(SET / "relu_dispatch.cu", build) == ["lean"]
+    assert (build / "cuda.cuda.o").exists()
+    assert (build / lean_headers.DIRECTORY / "ATen" / "cuda" / "CUDAContext.h").read_text() == lean_headers.CONTEXT
+
+
+def test_a_source_using_more_of_the_cuda_context_keeps_torchs():
+    stream = (SET / "relu_dispatch.cu").read_text()
+    assert lean_headers.lean_context(stream)
+    assert not lean_headers.lean_context(stream.replace("#include <ATen/cuda/CUDAContext.h>", ""))
+    for use in ("cublasHandle_t h = at::cuda::getCurrentCUDABlasHandle();", "auto* a = at::cuda::getCUDADeviceAllocator();",
+                "at::globalContext().alertNotDeterministic(\"x\");"):
+        assert not lean_headers.lean_context(stream + use), use
+    assert lean_headers.lean_context(stream + "#define CHECK_CUDA(x) TORCH_CHECK(x.is_cuda())\nAT_CUDA_CHECK(cudaGetLastError());")
+
+
 def test_a_binding_of_declarations_is_named_and_one_with_a_body_is_not():
     assert lean_headers.declarations_only("torch::Tensor softmax_cuda(torch::Tensor x);  // {not code}")
     assert lean_headers.declarations_only(["#include <vector>", "std::vector<at::Tensor> f(const at::Tensor& x, int64_t n);"])
@@ -150,7 +174,9 @@ def test_a_cpp_candidate_builds_lean_and_one_needing_more_builds_as_written_with
     folder.mkdir()
     (folder / "slicing.py").write_text(SLICING)
     fused = (ROOT / "solutions" / "scale_bias_hardswish" / "cpu_fused_o3.py").read_text()  # renamed: a build of its own,
-    (folder / "fused.py").write_text(fused.replace("kforge_cpu_fused_o3", "kforge_lean_fused"))  # not another test's, cached
+    fused = fused.replace("kforge_cpu_fused_o3", "kforge_lean_fused")  # not another test's, cached
+    # torch/types.h as well, as some sources include it: the lean build's own, not torch's beside the lean extension.h
+    (folder / "fused.py").write_text(fused.replace("#include <torch/extension.h>", "#include <torch/extension.h>\n#include <torch/types.h>"))
     paths = [folder / "fused.py", folder / "slicing.py"]
     settings = EvalSettings(device="cpu", size="small", trials=2, timing=False, jobs=2, build_root=build_root)
     verdicts = evaluate([CandidateJob(path=p, problem=resolve_problem("scale_bias_hardswish")) for p in paths], settings)

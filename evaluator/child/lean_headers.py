@@ -11,7 +11,9 @@ the lean set below, and the .cu's flags (extra_cuda_cflags only) get `-I` to tha
 -I directories before torch's -isystem ones, so the candidate's source is compiled as written, with its own
 includes. The lean set: at::Tensor and its methods (ATen/core/Tensor.h), ATen/Dispatch.h, one ATen/ops/<op>.h
 per operator the source calls as torch::op or at::op (or unqualified under `using namespace`), a few standard
-headers, and what torch/types.h puts in namespace torch (`using namespace at`, the dtype aliases).
+headers, and what torch/types.h puts in namespace torch (`using namespace at`, the dtype aliases). A source that
+includes ATen/cuda/CUDAContext.h only for the current stream, CUDA's checks and device queries (the usual launcher)
+gets a lean one beside them (CONTEXT), without cuBLAS, cuSPARSE, cuSOLVER and ATen/Context.h.
 
 - What differs from the full headers: torch::empty_like and torch's other factories are at::'s, which differ
   only in autograd wrapping (the outputs of a forward under no_grad are the same). A source that needs what only
@@ -37,7 +39,7 @@ import torch.utils.cpp_extension as cpp_extension
 from evaluator.diagnose import first_error
 
 DIRECTORY = "kforge_lean"
-VERSION = "lean-4"  # part of the build cache's key: a build made another way is another build
+VERSION = "lean-5"  # part of the build cache's key: a build made another way is another build
 _FULL_MARKER = "full"
 MAIN_FULL = "main-full"  # a lean build of this extension's main.cpp failed: it is built as written from then on
 _PARALLEL = re.compile(r"\bparallel_(for|reduce)\b")
@@ -58,6 +60,26 @@ _ALIASES = ("Dtype = at::ScalarType", "kUInt8 = at::kByte", "kInt8 = at::kChar",
             "kUInt64 = at::kUInt64", "kFloat16 = at::kHalf", "kFloat32 = at::kFloat", "kFloat64 = at::kDouble",
             "kU8 = kUInt8", "kU16 = kUInt16", "kU32 = kUInt32", "kU64 = kUInt64", "kI8 = kInt8", "kI16 = kInt16",
             "kI32 = kInt32", "kI64 = kInt64", "kF16 = kFloat16", "kF32 = kFloat32", "kF64 = kFloat64")
+# ATen/cuda/CUDAContext.h gives the current stream, CUDA's checks and device queries, and with them cuBLAS, cuSPARSE,
+# cuSOLVER and ATen/Context.h: a source that uses none of those (the usual kernel's launcher takes only the stream)
+# gets CONTEXT in its place, the same declarations from the c10 headers that hold them.
+_CONTEXT = "ATen/cuda/CUDAContext.h"
+_NEEDS_CONTEXT = re.compile(r"\b(cublas\w*|cusparse\w*|cusolver\w*|cudss\w*|CUBLAS_\w+|CUSPARSE_\w+|\w*Handle|\w*Workspace\w*|"
+                            r"getCUDADeviceAllocator|canDeviceAccessPeer|getNumGPUs|is_available|globalContext|"
+                            r"Context|AT_CUDA_DRIVER_CHECK)\b")
+CONTEXT = """#pragma once
+// kforge: the part of ATen/cuda/CUDAContext.h this source uses (evaluator/child/lean_headers.py)
+#include <cuda_runtime_api.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#define AT_CUDA_CHECK(EXPR) C10_CUDA_CHECK(EXPR)
+namespace at::cuda {
+TORCH_CUDA_CPP_API cudaDeviceProp* getCurrentDeviceProperties();
+TORCH_CUDA_CPP_API int warp_size();
+TORCH_CUDA_CPP_API cudaDeviceProp* getDeviceProperties(c10::DeviceIndex device);
+}  // namespace at::cuda
+"""
 # Flags after which headers may come from elsewhere or mean something else: the build is left as written.
 _HEADER_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "--include-path", "--pre-include",
                  "--system-include", "-x", "--x", "-E", "-M", "@", "-ccbin", "--compiler-bindir", "-Xcompiler",
@@ -91,6 +113,11 @@ def why_full(source: str, flags: list[str]) -> str | None:
     if flag := next((f for f in flags if f.startswith(_HEADER_FLAGS)), None):
         return f"its nvcc flags set {flag}"
     return None
+
+
+def lean_context(source: str) -> bool:
+    """Whether this source includes ATen/cuda/CUDAContext.h and uses nothing of it beyond CONTEXT."""
+    return _CONTEXT in _INCLUDE.findall(source) and not _NEEDS_CONTEXT.search(source)
 
 
 def operators_called(source: str) -> list[str]:
@@ -164,10 +191,18 @@ def main_flag(arguments: dict) -> str | None:
         return None
     ops = operators_called(text)
     main = build_directory(arguments) / DIRECTORY / "main"
-    _write_if_changed(main / "torch" / "extension.h", main_header(ops, bool(_PARALLEL.search(text))))
+    _write_umbrellas(main, main_header(ops, bool(_PARALLEL.search(text))))
     for op in ops:
         _write_if_changed(main / "ATen" / "ops" / f"{op}.h", _operator_header(op))
     return f"-I{main}"
+
+
+def _write_umbrellas(directory: Path, header: str) -> None:
+    """torch/extension.h as `header`, and torch/types.h as the same header: a source may include either or both
+    (torch's own torch/types.h beside a lean extension.h would define torch's dtype aliases twice). One file,
+    included by the other: two files of the same text are one to #pragma once only while their mtimes match."""
+    _write_if_changed(directory / _UMBRELLAS[0], header)
+    _write_if_changed(directory / _UMBRELLAS[1], f"#pragma once\n#include <{_UMBRELLAS[0]}>\n")
 
 
 def _write_if_changed(path: Path, text: str) -> None:
@@ -202,11 +237,14 @@ def _lean_flag(arguments: dict) -> tuple[str | None, str]:
     if (lean / _FULL_MARKER).exists():
         return None, f"full: the lean build failed ({(lean / _FULL_MARKER).read_text().strip()})"
     ops = operators_called(source)
-    _write_if_changed(lean / _UMBRELLAS[0], lean_header(ops))
-    # one definition: two files of the same text are one to #pragma once only while their mtimes match
-    _write_if_changed(lean / _UMBRELLAS[1], f"#pragma once\n#include <{_UMBRELLAS[0]}>\n")
+    _write_umbrellas(lean, lean_header(ops))
     for op in ops:
         _write_if_changed(lean / "ATen" / "ops" / f"{op}.h", _operator_header(op))
+    context = lean / _CONTEXT
+    if lean_context(source):
+        _write_if_changed(context, CONTEXT)
+    else:
+        context.unlink(missing_ok=True)
     return f"-I{lean}", "lean"
 
 
