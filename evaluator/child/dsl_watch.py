@@ -37,7 +37,7 @@ class _ProgramWatch(LaunchWatch):
             self._sources[id(program)] = (program, fn, name)
 
     def _count(self, program, fallback=None) -> None:
-        _, fn, name = self._sources.get(id(program), (None, fallback, type(program).__name__))
+        _, fn, name = self._sources.get(id(program), (None, fallback, "a program compiled where kforge did not see it"))
         self.launched(fn if hasattr(fn, "__code__") else None, getattr(fn, "__qualname__", name))
 
 
