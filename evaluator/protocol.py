@@ -251,7 +251,7 @@ class Calls(BaseModel):
 
     kernel: int = 0  # calls of its compiled extensions' functions, launches of its own kernels
     reference: int = 0  # calls into the reference problem's code
-    foreign: int = 0  # launches of Triton kernels defined outside the candidate's file
+    foreign: int = 0  # launches of kernels made outside the candidate's file
 
 
 class TrialReport(BaseModel):

@@ -37,8 +37,10 @@ class _ProgramWatch(LaunchWatch):
             self._sources[id(program)] = (program, fn, name)
 
     def _count(self, program, fallback=None) -> None:
+        """A launch of `program`: of the function it was tied to, else of `fallback` (reported as made here)."""
         _, fn, name = self._sources.get(id(program), (None, fallback, "a program compiled where kforge did not see it"))
-        self.launched(fn if hasattr(fn, "__code__") else None, getattr(fn, "__qualname__", name))
+        self.made(fn)
+        self.launched(fn, name)
 
 
 class CuteWatch(_ProgramWatch):
@@ -106,10 +108,7 @@ class TileLangWatch(_ProgramWatch):
         @wraps(call)
         def launched(kernel, *args, **kwargs):
             if self._calls is not None:
-                fn = getattr(getattr(kernel, "prim_func", None), "orig_func", None)
-                if id(kernel) not in self._sources:
-                    self.made(fn)
-                self._count(kernel, fn)
+                self._count(kernel, getattr(getattr(kernel, "prim_func", None), "orig_func", None))
             return call(kernel, *args, **kwargs)
 
         self._impl.compile, self._kernel.__call__ = compiled, launched

@@ -34,8 +34,8 @@ class LaunchWatch:
             self.report.modules.append(fn.__qualname__)
 
     def launched(self, fn, name: str = "") -> bool:
-        """One launch of a kernel made from `fn` (None: made from no Python function, known as `name`), counted
-        if a call is watched; whether it counted as the candidate's own."""
+        """One launch of a kernel made from `fn` (where `fn` is no Python function: a foreign kernel known as
+        `name`), counted if a call is watched; whether it counted as the candidate's own."""
         calls = self._calls
         if calls is None:
             return False

@@ -68,7 +68,7 @@ class TritonWatch(LaunchWatch):
         @wraps(launch)
         def counted(kernel, *args, **kwargs):
             fn = source_of(kernel, kwargs)
-            if fn is not None and self.launched(fn if hasattr(fn, "__code__") else None, getattr(kernel, "name", "")) and keep:
+            if fn is not None and self.launched(fn, getattr(kernel, "name", "")) and keep:
                 self.launched_first.setdefault(fn.__code__, (fn, args, kwargs))
             return launch(kernel, *args, **kwargs)
         return counted
