@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "The GPU check").
 # Usage: bash scripts/device_check.sh [evaluate|repeat N|stages|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
-#        speed-exec|throughput [LEVEL]|fingerprint [GB]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|answers [N G]|loads|languages|all]
+#        speed-exec|throughput [LEVEL]|fingerprint [GB]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|answers [N G]|loads|languages|dsl|all]
 # (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,11 +11,18 @@ if [ -d .whl ]; then  # a machine without pydantic/sqlalchemy: the wheels script
   export PYTHONPATH=/tmp/site:$PWD
 fi
 if [ -d .dslwhl ]; then  # the CuTe DSL's and TileLang's wheels, carried in parts (scripts/device_dsl_wheels.sh)
-  mkdir -p /tmp/dslwhl && cp .dslwhl/part-*/* /tmp/dslwhl/ && (cd /tmp/dslwhl && for w in $(ls *.piece-00 2>/dev/null); do
+  mkdir -p /tmp/dslwhl && for d in .dslwhl/part-*; do cp "$d"/* /tmp/dslwhl/; done && (cd /tmp/dslwhl && for w in $(ls *.piece-00 2>/dev/null); do
     cat "${w%.piece-00}".piece-* > "${w%.piece-00}" && rm "${w%.piece-00}".piece-*; done)
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/dslsite /tmp/dslwhl/*.whl || exit 1
-  # what the CuTe DSL's .pth would add, which a --target folder on PYTHONPATH does not run
-  export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/dslsite:/tmp/dslsite/nvidia_cutlass_dsl/dsl_packages:$PWD
+  missing=$(cd /tmp/dslwhl && for w in $(cat MANIFEST); do python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1])' "$w" \
+    2>/dev/null || echo "$w"; done)
+  if [ -n "$missing" ]; then  # a part not carried yet: install nothing rather than half a DSL
+    echo "DSL wheels not installed: $(echo $missing | wc -w) of $(wc -l < /tmp/dslwhl/MANIFEST) missing or cut" \
+      "(carry the other .dslwhl parts): $(echo $missing)"
+  else
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/dslsite /tmp/dslwhl/*.whl || exit 1
+    # what the CuTe DSL's .pth would add, which a --target folder on PYTHONPATH does not run
+    export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/dslsite:/tmp/dslsite/nvidia_cutlass_dsl/dsl_packages:$PWD
+  fi
 fi
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 [ -d /dev/shm ] && export TMPDIR=/dev/shm  # multi-GB reference outputs: keep the scratch files in RAM
@@ -66,9 +73,10 @@ speed() {  # the seeds and their repairs: kforge cold, warm, and the naive seria
   python3 benchmarks/eval_speed.py $(staged solutions/*/seed_*.py $REPAIRS) --device cuda --size full --jobs 14 "$@" \
     2> >(tee -a "$OUT/eval_speed${TAG:-}.progress" >&2) | tee "$OUT/eval_speed${TAG:-}.json"
 }
-throughput() {  # KernelBench level N (default 1) in one batch, cold then warm; KB=.kb (a carried copy of ../shared/kernelbench)
+throughput() {  # KernelBench level N (default 1) in one batch, cold then warm; KB=.kb (a carried copy of ../shared/kernelbench);
+  # BUILD_ROOT: a build cache kept for a later call (MODES=cold, then MODES=warm on the same machine)
   python3 benchmarks/kernelbench_throughput.py ${KB:-.kb} --level ${1:-1} ${IDS:+--ids $IDS} ${JOBS:+--jobs $JOBS} \
-    --modes ${MODES:-cold,warm} --out "$OUT/throughput.json" \
+    --modes ${MODES:-cold,warm} ${BUILD_ROOT:+--build-root $BUILD_ROOT} --out "$OUT/throughput.json" \
     2> >(tee -a "$OUT/throughput.progress" >&2)
 }
 audit() {  # all 250 problems at their own sizes: trivial answers, too fast to time, does not fit
@@ -89,13 +97,18 @@ t.write_candidates(Path(sys.argv[1]), 1, t.problem_ids(sys.argv[2]), Path(sys.ar
   for p in fp16 bf16; do kf evaluate $half --device cuda --size full --precision $p --json | tee "$OUT/languages_$p.jsonl" || rc=1; done
   for p in fp32 fp16 bf16; do kf leaderboard --precision $p | tee "$OUT/leaderboard_$p.txt"; done
   echo "languages: fp16 and bf16 done at ${SECONDS} s"
+  dsl || rc=1
+  echo "languages: done at ${SECONDS} s"
+  return $rc
+}
+dsl() {  # the CuTe DSL and TileLang candidates, and their GPU test, where those import (the .dslwhl parts installed)
+  local rc=0
   for lang in cute:cutlass tilelang:tilelang; do
     local dir=tests/candidates/${lang%%:*} module=${lang#*:}
-    if [ ! -d $dir ]; then echo "languages: $dir is not in this checkout: not judged"
-    elif ! python3 -c "import $module" 2>/dev/null; then echo "languages: 'import $module' fails here: $dir not judged"
-    else kf evaluate $dir --device cuda --size full --json | tee "$OUT/languages_${lang%%:*}.jsonl" || rc=1; fi
+    if ! python3 -c "import $module" 2>/dev/null; then echo "dsl: 'import $module' fails here: $dir not judged"; rc=1
+    else kf evaluate $dir --device cuda --size full --json | tee "$OUT/dsl_${lang%%:*}.jsonl" || rc=1; fi
   done
-  echo "languages: done at ${SECONDS} s"
+  GPU_TESTS=tests/gpu/test_gpu_evaluator.py::test_a_dsl_kernel_of_its_own_must_launch gpu_tests || rc=1
   return $rc
 }
 multigpu() {  # the seeds and their repairs on one GPU and on every GPU, N times each in turn (builds warmed first)
@@ -127,7 +140,7 @@ case "$cmd" in
   speed-exec) KFORGE_FORK_SERVER=0 TAG=_exec speed "$@" ;;  # each child its own interpreter: the fork server's baseline
   throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;; multigpu) multigpu "$@" ;; pairing) pairing "$@" ;; crowd) crowd ;;
   agent) agent "$@" ;; answers) answers "$@" ;; loads) loads ;; fingerprint) fingerprint "$@" ;;
-  languages) languages ;;
+  languages) languages ;; dsl) dsl ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
 esac
 rc=$?  # the step's status (a failed GPU test included), not the leaderboard's

@@ -2,7 +2,7 @@
 # The CuTe DSL's and TileLang's wheels for a GPU host that has neither (CPython 3.12, x86-64), in parts that fit one
 # device call's carry each: .dslwhl/part-K/ (git-ignored), a wheel over the part size cut into pieces. Carry the
 # parts one call at a time on one warm machine (each stays there), then run `bash scripts/device_check.sh languages`,
-# which joins and installs them. Usage: bash scripts/device_dsl_wheels.sh [PART_MIB, default 46]
+# which joins them and installs them once every wheel of MANIFEST is there. Usage: bash scripts/device_dsl_wheels.sh [PART_MIB, default 46]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PART=$(( ${1:-46} * 1024 * 1024 ))
@@ -15,6 +15,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d .dslwhl/all $WHEELS
 cd .dslwhl/all
+ls *.whl > ../MANIFEST  # what a complete set holds: device_check.sh installs nothing until every wheel is there
 for whl in *.whl; do [ "$(stat -c %s "$whl")" -gt "$PART" ] && split -b "$PART" -d "$whl" "$whl.piece-" && rm "$whl"; done
 k=0
 for f in $(ls -S); do  # largest first, each into the first part with room
@@ -24,4 +25,4 @@ for f in $(ls -S); do  # largest first, each into the first part with room
   done
   [ -n "$placed" ] || { k=$((k + 1)); mkdir "../part-$k"; mv "$f" "../part-$k/"; }
 done
-cd .. && rmdir all && du -sh part-*
+cd .. && rmdir all && for d in part-*; do cp MANIFEST "$d/"; done && rm MANIFEST && du -sh part-*
