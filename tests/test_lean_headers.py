@@ -53,7 +53,7 @@ nvcc_driver.install()
 try:
     cpp_extension.load_inline(name="lean_probe", cpp_sources=binding.get("declared", ""), cuda_sources=open(sys.argv[1]).read(),
                               functions=binding.get("functions"), build_directory=sys.argv[2])
-except Exception as exc:  # without CUDA's torch libraries the link fails, after the objects are built
+except Exception:  # CPU torch: the link fails after the objects are built; CUDA torch: no module to import
     pass
 print(json.dumps(lean_headers.builds + precompiled.builds))
 """
@@ -62,7 +62,8 @@ print(json.dumps(lean_headers.builds + precompiled.builds))
 def _load(source: Path, build: Path, binding: dict | None = None) -> list[str]:
     """load_inline in a fresh process, as a compile child and then the candidate's child call it."""
     cuda_home = str(Path(shutil.which("nvcc")).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_CUDA_ARCH_LIST": "9.0", "CUDA_HOME": os.environ.get("CUDA_HOME", cuda_home)}
+    path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])  # the GPU check's packages too
+    env = {**os.environ, "PYTHONPATH": path, "TORCH_CUDA_ARCH_LIST": "9.0", "CUDA_HOME": os.environ.get("CUDA_HOME", cuda_home)}
     out = subprocess.run([sys.executable, "-c", _LOAD, str(source), str(build), json.dumps(binding or {})], env=env,
                          capture_output=True, text=True, timeout=900)
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -278,9 +278,9 @@ def install() -> None:
         bound.arguments["extra_cuda_cflags"] = [*(bound.arguments.get("extra_cuda_cflags") or []), flag]
         try:
             module = loader(*bound.args, **bound.kwargs)
-        except RuntimeError as exc:
-            if not _CU_FAILED.search(str(exc)):  # not the .cu's compile: the full headers would fail the same way
-                builds.append("lean")
+        except Exception as exc:
+            if not (isinstance(exc, RuntimeError) and _CU_FAILED.search(str(exc))):
+                builds.append("lean")  # not the .cu's compile (the link, the import): as written would fail the same way
                 raise
             error = build_as_written(exc, "cuda.cu", Path(flag[2:]) / _FULL_MARKER, bound.arguments["name"])
             builds.append(f"full: the lean build failed ({error})")
