@@ -1,7 +1,7 @@
 """Candidates per hour per GPU on KernelBench at its own sizes: one compiled candidate per problem, ONE batch.
 
 Usage: python benchmarks/kernelbench_throughput.py KERNELBENCH_DIR [--level 1] [--ids 1-6,19] [--modes cold,warm]
-       [--jobs N] [--device cuda] [--out FILE.json]
+       [--jobs N] [--device cuda] [--out FILE.json] [--trace FILE.json]
        (a mode may name how many of the visible GPUs it uses: cold,warm:1,warm:2; by default all of them)
 
 Each candidate is the problem's own source with `ModelNew(Model)` whose forward copies every output through a real
@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import hold_trace  # noqa: E402
 from evaluator import CandidateJob, EvalSettings, evaluate  # noqa: E402
 from evaluator.hardware import visible_gpus  # noqa: E402
 from reference_problems.registry import load_problem_file  # noqa: E402
@@ -190,14 +191,15 @@ class Sampler:
                 "gpu_idle_fraction": None if idle is None else round(idle, 3), "gpu_busy_fraction": busy}
 
 
-def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings) -> dict:
-    """One pass; `mode` is cold or warm, with `:N` to use the first N visible GPUs (default all)."""
+def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings, trace: Path | None = None) -> dict:
+    """One pass; `mode` is cold or warm, with `:N` to use the first N visible GPUs (default all). `trace`: where
+    the pass's device holds and child messages go (benchmarks/hold_trace.py); their summary joins the report."""
     mode, _, count = mode.partition(":")
     gpus = visible_gpus() if settings.device == "cuda" else []
     settings = settings.model_copy(update={"gpus": gpus[:int(count)] if count else None})
     used = settings.gpus or gpus
     start, verdicts = time.perf_counter(), []
-    with Sampler(settings.device, used) as sampler:
+    with Sampler(settings.device, used) as sampler, hold_trace.Trace() as traced:
         for v in evaluate(jobs, settings):
             verdicts.append(v)
             print(json.dumps({"mode": mode, "n": len(verdicts), "at_s": round(time.perf_counter() - start, 1),
@@ -205,6 +207,8 @@ def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings) -> dic
                               "stage_s": v.evidence.stage_s, "build_s": v.evidence.build_steps_s,
                               "headers": v.evidence.build_headers}), file=sys.stderr, flush=True)
     wall = time.perf_counter() - start
+    if trace:
+        traced.write(trace.with_name(f"{trace.stem}_{mode}{trace.suffix}"))
     stages: dict[str, list[float]] = {}
     for v in verdicts:
         for stage, seconds in v.evidence.stage_s.items():
@@ -217,7 +221,7 @@ def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings) -> dic
             "headers": dict(Counter("; ".join(v.evidence.build_headers) for v in verdicts if v.evidence.build_headers)),
             "candidates_per_gpu": dict(Counter(str(v.evidence.gpu) for v in verdicts)),
             "median_stage_s": {k: round(statistics.median(x), 3) for k, x in stages.items()},
-            **sampler.report(),
+            **sampler.report(), "held": traced.report() if trace else None,
             "failed": {v.problem: v.evidence.cause[:200] for v in verdicts if v.status.value in ("reference_error", "runtime_error", "timeout", "compile_error")}}
 
 
@@ -231,6 +235,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--build-root", type=Path, default=None, help="a build cache to reuse (default: a new, empty one)")
+    ap.add_argument("--trace", type=Path, default=None, help="write each pass's device holds and child messages here "
+                    "(FILE_<mode>.json) and report where the held time went")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")  # compiles at once, headers
     scratch = Path(tempfile.mkdtemp(prefix="kb-throughput-"))
@@ -241,7 +247,7 @@ def main() -> None:
                             build_root=args.build_root or scratch / "builds")
     report = {"level": args.level, "problems": len(jobs), "jobs": args.jobs, "modes": []}
     for mode in args.modes.split(","):
-        report["modes"].append(run_mode(mode, jobs, settings))
+        report["modes"].append(run_mode(mode, jobs, settings, args.trace))
         print(json.dumps(report["modes"][-1]), file=sys.stderr, flush=True)
     text = json.dumps(report, indent=1)
     print(text)

@@ -74,9 +74,10 @@ speed() {  # the seeds and their repairs: kforge cold, warm, and the naive seria
     2> >(tee -a "$OUT/eval_speed${TAG:-}.progress" >&2) | tee "$OUT/eval_speed${TAG:-}.json"
 }
 throughput() {  # KernelBench level N (default 1) in one batch, cold then warm; KB=.kb (a carried copy of ../shared/kernelbench);
-  # BUILD_ROOT: a build cache kept for a later call (MODES=cold, then MODES=warm on the same machine)
+  # BUILD_ROOT: a build cache kept for a later call (MODES=cold, then MODES=warm on the same machine); TRACE=1: where
+  # each pass held the GPU and what its children did meanwhile (benchmarks/hold_trace.py)
   python3 benchmarks/kernelbench_throughput.py ${KB:-.kb} --level ${1:-1} ${IDS:+--ids $IDS} ${JOBS:+--jobs $JOBS} \
-    --modes ${MODES:-cold,warm} ${BUILD_ROOT:+--build-root $BUILD_ROOT} --out "$OUT/throughput.json" \
+    --modes ${MODES:-cold,warm} ${BUILD_ROOT:+--build-root $BUILD_ROOT} ${TRACE:+--trace "$OUT/trace.json"} --out "$OUT/throughput.json" \
     2> >(tee -a "$OUT/throughput.progress" >&2)
 }
 audit() {  # all 250 problems at their own sizes: trivial answers, too fast to time, does not fit
