@@ -1,7 +1,7 @@
-"""Judge-and-store, written once for every caller (the CLI's submit and evaluate, the agent loop): a candidate's code
-is stored with its lineage; a stored verdict that stands for it is reused (judging.reuse); a verdict its caller
-reached without the evaluator is stored as it is; the rest is evaluated, each normalized code once, and every new
-verdict stored as it comes."""
+"""Judge-and-store, written once for every caller (the CLI's submit and evaluate, the agent loop; judging.stream for
+answers that arrive one by one): a candidate's code is stored with its lineage; what already stands for it is found
+by `resolve` (a stored verdict, judging.reuse, or the one its caller reached, stored as it is); the rest is evaluated,
+each normalized code once, and every new verdict stored as it comes."""
 
 from __future__ import annotations
 
@@ -48,24 +48,48 @@ def judge_and_store(database: Database, submissions: list[Submission], settings:
                     rerun: bool = False, backend: Backend | None = None,
                     on_evaluate: Callable[[int], None] | None = None,
                     on_stage: Callable | None = None) -> Iterator[Judged]:
-    """One Judged per submission, in this order: stored verdicts of the same code; verdicts the callers reached;
-    stored verdicts of the same normalized code; then the evaluated ones as they come, each followed by its twins
-    of the batch. Every code is stored before any verdict is looked up. rerun: no stored verdict is reused.
-    on_evaluate hears how many will be evaluated, before the first compile (only when some will); on_stage hears
-    the local evaluator's progress."""
+    """One Judged per submission: first, in the submissions' order, each that a verdict already stands for
+    (resolve), then the evaluated ones as they come, each followed by its twins of the batch. Every code is stored
+    before any verdict is looked up. rerun: no stored verdict is reused. on_evaluate hears how many will be
+    evaluated, before the first compile (only when some will); on_stage hears the local evaluator's progress."""
     for submission in submissions:
         store_submission(database, submission)
-    reused, fresh = _stored(database, submissions, settings, rerun)
-    yield from reused
-    yield from (static_judged(database, s) for s in fresh if s.verdict is not None)
-    reused, runnable, twins = _first_of_each_code(database, [s for s in fresh if s.verdict is None], settings, rerun)
-    yield from reused
+    first: dict[str, str] = {}
+    runnable, twins = [], defaultdict(list)
+    for submission in submissions:
+        found = resolve(database, submission, settings, first, rerun)
+        if isinstance(found, Judged):
+            yield found
+        elif found is not None:
+            twins[found].append(submission.job)
+        else:
+            runnable.append(submission.job)
     if runnable and on_evaluate:
         on_evaluate(len(runnable))
     by_path = {str(job.path): job for job in runnable}
     for judged in evaluate_and_record(database, runnable, settings, by_path, backend, on_stage):
         yield judged
         yield from (judged._replace(reused=True, job=twin) for twin in twins[str(judged.job.path)])
+
+
+def resolve(database: Database, submission: Submission, settings: EvalSettings, first: dict[str, str],
+            rerun: bool = False) -> Judged | str | None:
+    """What stands for one stored submission before any evaluation, in the order every caller keeps: a stored
+    verdict of its own code; the verdict its caller reached (stored now); an earlier submission of the same
+    normalized code, named by its path in `first` (its verdict will be this one's); a stored verdict of the same
+    normalized code. None: it is evaluated, as the first of its normalized code (recorded in `first`)."""
+    job, key = submission.job, submission.normalized_sha256
+    if not rerun and (row := stored_verdict(database, job, settings)):
+        return stored_judged(row, job)
+    if submission.verdict is not None:
+        return static_judged(database, submission)
+    if key is not None and key in first:
+        return first[key]
+    if key is not None and not rerun and (row := twin_verdict(database, job, key, settings)):
+        return stored_judged(row, job)
+    if key is not None:
+        first[key] = str(job.path)
+    return None
 
 
 def store_submission(database: Database, submission: Submission) -> None:
@@ -84,42 +108,9 @@ def stored_judged(row: EvaluationRow, job: CandidateJob) -> Judged:
     return Judged(Verdict.from_row(row), row.id, True, job)
 
 
-def _stored(database: Database, submissions: list[Submission], settings: EvalSettings,
-            rerun: bool) -> tuple[list[Judged], list[Submission]]:
-    """(the submissions whose own code has a stored verdict here, with it; the others)."""
-    reused, fresh = [], []
-    for submission in submissions:
-        row = None if rerun else stored_verdict(database, submission.job, settings)
-        if row:
-            reused.append(stored_judged(row, submission.job))
-        else:
-            fresh.append(submission)
-    return reused, fresh
-
-
 def static_judged(database: Database, submission: Submission) -> Judged:
     """A verdict reached without the evaluator, stored."""
     return Judged(submission.verdict, record_verdict(database, submission.verdict), False, submission.job)
-
-
-def _first_of_each_code(database: Database, submissions: list[Submission], settings: EvalSettings,
-                        rerun: bool) -> tuple[list[Judged], list[CandidateJob], dict[str, list[CandidateJob]]]:
-    """(the submissions a stored verdict of their normalized code stands for, with it; the jobs to evaluate;
-    {a job's path: the later jobs of the batch with its normalized code, which take its verdict})."""
-    reused, runnable, twins, first = [], [], defaultdict(list), {}
-    for submission in submissions:
-        job, key = submission.job, submission.normalized_sha256
-        if key is not None and key in first:
-            twins[first[key]].append(job)
-            continue
-        row = None if rerun or key is None else twin_verdict(database, job, key, settings)
-        if row:
-            reused.append(stored_judged(row, job))
-            continue
-        if key is not None:
-            first[key] = str(job.path)
-        runnable.append(job)
-    return reused, runnable, twins
 
 
 def evaluate_and_record(database: Database, jobs: list[CandidateJob] | JobStream, settings: EvalSettings,

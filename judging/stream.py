@@ -11,8 +11,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Callable
 
 from evaluator.contracts import CandidateJob, EvalSettings
-from judging.judge import Judged, Submission, evaluate_and_record, static_judged, store_submission, stored_judged
-from judging.reuse import stored_verdict, twin_verdict
+from judging.judge import Judged, Submission, evaluate_and_record, resolve, store_submission
 
 if TYPE_CHECKING:
     from db import Database
@@ -50,20 +49,14 @@ class StreamJudge:
 
     def submit(self, submission: Submission) -> None:
         store_submission(self.database, submission)
-        job, key = submission.job, submission.normalized_sha256
-        if row := stored_verdict(self.database, job, self.settings):
-            return self.on_judged(stored_judged(row, job))
-        if submission.verdict is not None:
-            return self.on_judged(static_judged(self.database, submission))
-        if key is not None and (first := self._first.get(key)) is not None:
-            return self._twin_of(first, job)
-        if key is not None and (row := twin_verdict(self.database, job, key, self.settings)):
-            return self.on_judged(stored_judged(row, job))
-        if key is not None:
-            self._first[key] = str(job.path)
-        self._by_path[str(job.path)] = job
+        found = resolve(self.database, submission, self.settings, self._first)
+        if isinstance(found, Judged):
+            return self.on_judged(found)
+        if found is not None:
+            return self._twin_of(found, submission.job)
+        self._by_path[str(submission.job.path)] = submission.job
         self._open()
-        self._stream.put(job)
+        self._stream.put(submission.job)
 
     def close(self) -> None:
         if self._stream is None:
