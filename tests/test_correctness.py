@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -51,3 +53,30 @@ def test_half_precision_is_judged_in_float32_and_the_worst_element_is_found_acro
     mismatch = compare_tensor(0, exp, got, atol=0.01, rtol=0.0).mismatch
     assert mismatch.worst_index == [7, 123] and mismatch.got == 0.25 and mismatch.max_abs_err == 0.25
     assert mismatch.bad_fraction == 2 / 5000
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.int64])
+def test_a_chunk_settled_by_its_maxima_reports_what_the_full_check_would(monkeypatch, dtype):
+    """The quick maxima settle a chunk only where every value is finite and within tolerance; there they are the
+    full check's own (_chunk_errors), to the bit. Chunks of 7 mix settled ones with NaN, Inf, 0 / 0 and failures."""
+    monkeypatch.setattr(correctness, "_CHUNK", 7)
+    torch.manual_seed(1)
+    exp = (torch.randn(700) * 50).to(dtype)
+    got = exp + (torch.randn(700) * 1e-3).to(dtype) if dtype.is_floating_point else exp.clone()
+    if dtype.is_floating_point:
+        exp[[10, 20, 30]], got[[10, 20, 40]] = float("nan"), float("nan")  # both NaN passes; one side NaN fails
+        exp[50] = got[50] = float("inf")
+    exp[60:67] = got[60:67] = 0
+    got[100] += 5
+    for atol, rtol in ((1e-2, 1e-2), (0.0, 0.0)):
+        found = compare_tensor(0, exp, got, atol, rtol)
+        err, ratio, bad = correctness._chunk_errors(exp, got, atol, rtol)
+        assert (found.max_abs_err, found.tolerance_used) == (err.max().double().item(), ratio.max().double().item())
+        assert found.mismatch.bad_fraction == bad.sum().item() / 700
+        for start in range(0, 700, 7):
+            e, o = exp[start:start + 7], got[start:start + 7]
+            quick = correctness._maxima(e, o, atol, rtol).double().tolist()
+            full = correctness._chunk_errors(e, o, atol, rtol)
+            if math.isfinite(quick[0]) and quick[1] <= 1:  # a NaN ratio is not <= 1
+                assert quick == [full[0].max().double().item(), full[1].max().double().item()]
+                assert not full[2].any()
