@@ -257,12 +257,17 @@ class Database(Standings, Runs, ArchiveCells, Removal):
             return None if ev is None else evaluation_row(ev)
 
     @guarded
-    def evaluations(self, problem: str | None = None, limit: int | None = None) -> list[EvaluationRow]:
-        """Newest first, optionally for one problem."""
+    def evaluations(self, problem: str | None = None, limit: int | None = None,
+                    solution_prefix: str | None = None) -> list[EvaluationRow]:
+        """Newest first, optionally for one problem, or for the solutions whose sha256 starts with a prefix (case
+        ignored: the index answers, no row of another solution is read)."""
         stmt = select(Evaluation).order_by(*_NEWEST_EVAL).limit(limit)
         if problem is not None:
             of_problem = select(Solution.id).where(Solution.problem_id == problem_id_of(problem))
             stmt = stmt.where(Evaluation.solution_id.in_(of_problem))
+        if solution_prefix is not None:
+            prefixed = select(Solution.id).where(Solution.sha256.startswith(solution_prefix.lower(), autoescape=True))
+            stmt = stmt.where(Evaluation.solution_id.in_(prefixed))
         with self.session() as s, s.begin():
             return [evaluation_row(ev) for ev in s.scalars(stmt)]
 

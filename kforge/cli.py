@@ -288,7 +288,7 @@ def show(solution: Annotated[str, typer.Argument(help="solution sha256 (a prefix
     path = Path(solution)
     sha = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else solution
     database = open_db(db)
-    rows = [r for r in database.evaluations() if r.solution_sha256.startswith(sha)]
+    rows = database.evaluations(solution_prefix=sha)
     if not rows:
         raise UserError(f"no stored evaluation for {solution}")
     matches = sorted({r.solution_sha256 for r in rows})

@@ -200,3 +200,13 @@ def test_after_deletions_in_many_chunks_the_standings_match_every_remaining_eval
             timed = [r for r in mine if r.status == "correct" and (r.speedup or 0) > 0]
             best = min(timed, key=lambda r: (-r.speedup, r.created_at, r.id), default=None)
             assert (row.best_speedup, row.best_sha256) == (best and best.speedup, best and best.solution_sha256)
+
+
+def test_show_reads_only_the_solution_its_prefix_names(stored):
+    """`kforge show PREFIX` asks the db for that prefix's evaluations (case ignored), not for every row."""
+    broken = json.loads(stored("show", BROKEN[:3].upper(), "--json").stdout)
+    assert [(r["solution_sha256"], r["status"]) for r in broken] == [(BROKEN, "compile_error")] * 3
+    fast = json.loads(stored("show", "f", "--json").stdout)
+    assert [r["speedup"] for r in fast] == [2.85, 3.0, 2.0]  # newest first
+    err = stored("show", "e9", expect=2).stderr
+    assert err.startswith("kforge: error: no stored evaluation for e9") and len(err.splitlines()) == 1, err
