@@ -17,6 +17,7 @@ Progress (one line per verdict) goes to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -199,7 +200,7 @@ def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings, trace:
     settings = settings.model_copy(update={"gpus": gpus[:int(count)] if count else None})
     used = settings.gpus or gpus
     start, verdicts = time.perf_counter(), []
-    with Sampler(settings.device, used) as sampler, hold_trace.Trace() as traced:
+    with Sampler(settings.device, used) as sampler, hold_trace.Trace() if trace else contextlib.nullcontext() as traced:
         for v in evaluate(jobs, settings):
             verdicts.append(v)
             print(json.dumps({"mode": mode, "n": len(verdicts), "at_s": round(time.perf_counter() - start, 1),
