@@ -361,6 +361,14 @@ class Cheat(Message):
     detail: str
 
 
+class Quiet(Message):
+    """The reference's outputs are made; it asks for the device quiet before it times its model (answered with a
+    Go once nothing else of the batch is left running there: a comparer that was closing lets go of its memory
+    while the outputs are made, never while the model is timed)."""
+
+    event: Literal["quiet"] = "quiet"
+
+
 class Ready(Message):
     """The reference ran: it now serves as the problem's comparer."""
 

@@ -7,6 +7,7 @@ import contextlib
 import re
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ import torch
 from conftest import SOLUTIONS
 from evaluator import CandidateJob, EvalSettings, Status, evaluate
 from evaluator.parent.references import OpenProblems, ReferenceServer, _RESIDENT_SHARE
-from evaluator.parent.batch import Batch
+from evaluator.parent.batch import CLOSING_SHARE, Batch
+from evaluator.hardware import device_memory
 from reference_problems import resolve_problem
 
 HUNGRY = Path(__file__).parent / "problems" / "hungry.py"
@@ -238,3 +240,56 @@ def test_a_comparer_out_of_memory_is_kforges_failure_and_unreadable_outputs_are_
                  resolve_problem("relu").meta, EvalSettings(), answers({"timed_4": answer.model_dump()}))
     outcome = case.judge_call("timed_4", -1, "timed call 4")
     assert outcome.status is status and str(raised)[:20] in outcome.evidence.cause
+
+
+def test_a_reference_times_its_model_only_once_no_comparer_is_closing(cpu_settings):
+    """A comparer closing on the device (on CUDA, after the device was given back) lets the next reference make
+    its outputs beside it, where its memory fits, but not time its model: the reference's request goes out at
+    once, it asks for quiet after its trials, and its timing starts only after the closing comparer is gone."""
+    batch = Batch(cpu_settings)
+    gone = batch.closing(None, 1)  # one byte: fits beside any reference
+    server = ReferenceServer(batch, resolve_problem("softmax"), room=0)
+    closed_at: list[float] = []
+
+    def close_later() -> None:
+        server.child.wait_for("quiet", timeout_s=120)
+        threading.Event().wait(1.0)
+        closed_at.append(time.monotonic())
+        gone()
+
+    server.prestart()
+    closer = threading.Thread(target=close_later)
+    closer.start()
+    try:
+        ref = server.ready(lambda want=None: None)
+    finally:
+        closer.join()
+        server.close()
+        shutil.rmtree(batch.root)
+    arrived = {m["event"] + (":" + m["stage"] if m["event"] == "stage" else ""): m["_t"] for m in server.child.result.messages}
+    assert arrived["trials"] < arrived["quiet"] < closed_at[0] < arrived["stage:timing"], arrived
+    assert ref.timing is not None and ref.run_s < arrived["ready"] - server.child.result.started - 0.9  # the wait is not its run
+
+
+def test_a_reference_that_would_not_fit_beside_a_closing_comparer_waits_to_start(cpu_settings):
+    """Where the comparers still closing and what the new reference will hold pass half the device's memory, the
+    reference's request goes out only once they are gone; a call that only times waits for every one of them."""
+    batch = Batch(cpu_settings)
+    half = int(CLOSING_SHARE * device_memory("cpu"))
+    gone = batch.closing(None, half)
+    waited: dict[str, float] = {}
+
+    def settle(name: str, room: int | None) -> None:
+        start = time.monotonic()
+        batch.settle(None, room)
+        waited[name] = time.monotonic() - start
+
+    threads = [threading.Thread(target=settle, args=args) for args in (("fits", 0), ("too_big", 1), ("timed", None))]
+    for thread in threads:
+        thread.start()
+    threading.Event().wait(0.6)
+    gone()
+    for thread in threads:
+        thread.join()
+    shutil.rmtree(batch.root)
+    assert waited["fits"] < 0.3 and waited["too_big"] >= 0.5 and waited["timed"] >= 0.5, waited

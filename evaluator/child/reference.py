@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from evaluator.child import comparer, stages, trials
-from evaluator.protocol import ReferenceRequest, Ready, Stage, Timing, Trials
+from evaluator.protocol import Quiet, ReferenceRequest, Ready, Stage, Timing, Trials
 
 
 def _footprint(device: str, expected: comparer.Expected) -> int:
@@ -25,6 +25,7 @@ def run_reference(chan: stages.Channel, req: ReferenceRequest, model, problem, r
     chan.send(Trials(trials=report))
     timer = None
     if req.timing.enabled:
+        stages.ask_parent(chan, requests, Quiet(), "the device was quiet")
         inputs = trials.make_inputs(problem, req.timing_seed, device)
         fresh = trials.FreshInputs(inputs, problem, req.timing_seed, device)  # timed as the candidate is
         expected.timed = fresh

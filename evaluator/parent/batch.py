@@ -19,7 +19,7 @@ from evaluator.child import lean_headers, nvcc_driver, precompiled
 from evaluator.parent import buildcache, leases
 from evaluator.sandbox import cgroups, gpumemory
 from evaluator.contracts import EvalSettings, EvaluatorError
-from evaluator.hardware import visible_gpus
+from evaluator.hardware import device_memory, visible_gpus
 from evaluator.parent.jail_spec import jail_spec, require_layers
 from evaluator.protocol import WARM_GPU, CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
 from evaluator.sandbox.results import ChildResult
@@ -31,6 +31,7 @@ from reference_problems import Problem
 DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
 T = TypeVar("T")
 _REQUESTS = {"compile": CompileRequest, "candidate": CandidateRequest, "reference": ReferenceRequest}
+CLOSING_SHARE = 0.5  # of device memory: comparers still closing there, with what a new reference will hold (Batch.settle)
 
 
 class Batch:
@@ -62,6 +63,8 @@ class Batch:
         self._freed = threading.Condition()
         self._locks: dict[str | None, int] = {}
         self._leases: dict[str | None, leases.Lease] = {}
+        self._closing: dict[str | None, list[int]] = {}  # device -> the bytes each comparer closing there holds
+        self._settled = threading.Condition()
 
     def _check_sandbox(self) -> None:
         """Probe the jail once: in strict mode a missing layer stops the batch before any child runs."""
@@ -200,6 +203,28 @@ class Batch:
     def device_wait_s(self, device: str | None) -> float:
         """How long the last take of `device` waited for other kforge processes."""
         return self._leases[device].waited_s
+
+    def closing(self, device: str | None, nbytes: int) -> Callable[[], None]:
+        """A comparer on `device` letting go of `nbytes` after its device was given back (references.OpenProblems
+        closes it beside what runs next): registered now, before the give-back; the call returned says it is gone."""
+        with self._settled:
+            self._closing.setdefault(device, []).append(nbytes)
+
+        def gone() -> None:
+            with self._settled:
+                self._closing[device].remove(nbytes)
+                self._settled.notify_all()
+        return gone
+
+    def settle(self, device: str | None, room: int | None = None) -> None:
+        """Wait until no comparer is closing on `device`: before anything is timed there (`room` None), so a
+        process letting go of its memory never runs beside a timed call; before a reference allocates, only until
+        the comparers still closing and the `room` it will hold fit within CLOSING_SHARE of the device's memory."""
+        limit = None if room is None else CLOSING_SHARE * device_memory(self.settings.device)
+        with self._settled:
+            while self._closing.get(device) and not self.stop.is_set() \
+                    and (limit is None or sum(self._closing[device]) + room > limit):
+                self._settled.wait(timeout=0.25)
 
     def give_back(self, device: str | None) -> None:
         with self._freed:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -19,7 +21,7 @@ from evaluator.parent.batch import Batch
 from evaluator.hardware import device_memory
 from evaluator.verdict.case import Reference, timings
 from evaluator.verdict.rules import ended_badly
-from evaluator.protocol import Close, Compare, TimeBlock
+from evaluator.protocol import Close, Compare, Go, TimeBlock
 from evaluator.sandbox.spawn import Child
 from reference_problems import Problem
 
@@ -61,11 +63,13 @@ class ReferenceServer:
     """One problem's reference child. `prestart` spawns it early on CUDA (its interpreter and torch load while
     the device is busy); `ready` runs it on the problem's GPU (`gpu`, where OpenProblems placed it; None: the
     one the gate gives), and returns its Reference or raises ReferenceFailed. `pair`: which of a CPU candidate's
-    fresh process pairs it times beside (Batch.pairs); 0 is also the problem's comparer for everything else."""
+    fresh process pairs it times beside (Batch.pairs); 0 is also the problem's comparer for everything else.
+    `room`: the device memory it is expected to hold, with which it may start beside comparers still closing
+    there (Batch.settle); None: only once they are gone. It times its model only once they are gone."""
 
     def __init__(self, batch: Batch, problem: Problem, audit: bool = False, child: Child | None = None,
-                 gpu: str | None = None, pair: int = 0):
-        self.batch, self.problem, self.audit = batch, problem, audit
+                 gpu: str | None = None, pair: int = 0, room: int | None = None):
+        self.batch, self.problem, self.audit, self.room = batch, problem, audit, room
         self.workdir = _workdir(batch, problem, gpu, pair)
         self.child = child  # a spare started before the problem opened (OpenProblems.spare)
         self.gpu, self.pair = gpu, pair
@@ -93,7 +97,9 @@ class ReferenceServer:
         batch = self.batch
         budget = int(_RESIDENT_SHARE * device_memory(batch.settings.device))
         request = batch.request("reference", self.problem, self.workdir / "out", resident_bytes=budget, audit=self.audit)
-        self.child.begin(request, gate=lambda: self._pin(take(self.gpu)))
+        settled: list[float] = []
+        self.child.on_message = lambda message: self._quiet(settled) if message.get("event") == "quiet" else None
+        self.child.begin(request, gate=lambda: self._pin(self._enter(take)))
         ready = self.child.wait_for("ready")
         if ready is None:
             self.close()
@@ -105,8 +111,21 @@ class ReferenceServer:
         self.reference = Reference(meta={label: entry["outputs"] for label, entry in report.items()}, trials=report,
                                    timing=times.get("model"), compiled=times.get("compiled"),
                                    footprint=int(ready.get("footprint", 0)), audit=ready.get("audit") or [],
-                                   run_s=ready["_t"] - result.started,
+                                   run_s=ready["_t"] - result.started - sum(settled),
                                    stage_s=result.stage_seconds(until=ready["_t"]))
+
+    def _enter(self, take: Callable[[str | None], str | None]) -> str | None:
+        gpu = take(self.gpu)
+        self.batch.settle(gpu, self.room)
+        return gpu
+
+    def _quiet(self, settled: list[float]) -> Go:
+        """The child's outputs are made: it times its model once no comparer is closing on its device (the
+        seconds waited are not its run's)."""
+        start = time.monotonic()
+        self.batch.settle(self.gpu)
+        settled.append(time.monotonic() - start)
+        return Go(go=True)
 
     def _pin(self, gpu: str | None) -> str | None:
         self.gpu = gpu
@@ -165,6 +184,7 @@ class OpenProblems:
         self.placed: dict[str, list[str | None]] = {}  # problem -> the GPUs serving it, until its last candidate is judged
         self._lock = threading.Lock()
         self._memory = device_memory(batch.settings.device)
+        self._closer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kforge-close")
 
     def gpu_of(self, problem: Problem, among: list[str | None] | None = None) -> str | None:
         """The problem's first GPU (None on CPU), placed now (on one of `among`, default any) if it has none."""
@@ -243,7 +263,7 @@ class OpenProblems:
             key = (problem.sha256, gpu, pair)
             if key not in self.servers:
                 first = gpu == self._place(problem) and pair == 0
-                self.servers[key] = ReferenceServer(self.batch, problem, gpu=gpu, pair=pair,
+                self.servers[key] = ReferenceServer(self.batch, problem, gpu=gpu, pair=pair, room=self._expected(problem),
                                                     child=self.spares.pop(problem.sha256, None) if first else None)
             return self.servers[key]
 
@@ -280,9 +300,29 @@ class OpenProblems:
             if done:
                 self.placed.pop(problem.sha256, None)
         for server in servers:
-            server.close()
+            self._close(server)
         if spare:
             spare.finish(wait=False)
+
+    def _close(self, server: ReferenceServer) -> None:
+        """A comparer closed: on CUDA in the background, its device given back meanwhile (its CUDA context and
+        outputs took ~0.27 s to let go of, a tenth of a warm level-1 candidate's hold on the H200); what runs
+        there next waits for it as far as its memory or its timing needs (Batch.settle). On CPU now: nothing
+        runs beside a timed CPU run."""
+        if self.batch.settings.device != "cuda":
+            server.close()
+            return
+        gone = self.batch.closing(server.gpu, server.reference.footprint if server.reference else 0)
+
+        def close() -> None:
+            try:
+                server.close()
+            finally:
+                gone()
+        try:
+            self._closer.submit(close)
+        except RuntimeError:  # the batch is ending (close_all ran): close it here
+            close()
 
     def close_all(self) -> None:
         with self._lock:
@@ -292,3 +332,4 @@ class OpenProblems:
             server.close()
         for child in spares:
             child.finish(wait=False)
+        self._closer.shutdown(wait=True)

@@ -218,9 +218,9 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
                      compiled: ChildResult, child: Child | None = None, gpu: str | None = None) -> Verdict:
     """The candidate on a free device, then judged once the device is free again (the judge may wait for the
     problem's FLOPs: the first candidates of a batch waited ~3 s for them while holding the GPU). Its problem's
-    last candidate closes the comparer before the device is given back, so the next problem's reference never
-    allocates beside a comparer that is still letting go of its outputs (KernelBench's norm problems hold 7.5 GB
-    a tensor)."""
+    last candidate closes the comparer, which on CUDA lets go of its outputs after the device is given back: the
+    next problem's reference makes its outputs beside it only where both fit (KernelBench's norm problems hold
+    7.5 GB a tensor), and nothing is timed there until it is gone (Batch.settle)."""
     began = []
 
     def run(take: Hold) -> Verdict | Ran:
@@ -304,6 +304,7 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: _Prepared, take: Hold,
 
     def gate() -> str | None:
         gpu = take(server.gpu)
+        batch.settle(gpu)  # a comparer closing there is gone before anything of the candidate runs
         beside.append(problems.held(gpu))
         return gpu
 
