@@ -7,7 +7,9 @@ Usage: python benchmarks/kernelbench_throughput.py KERNELBENCH_DIR [--level 1] [
 Each candidate is the problem's own source with `ModelNew(Model)` whose forward copies every output through a real
 CUDA (or C++ on CPU) kernel built with load_inline: a plausible candidate that goes through every stage (compile,
 correctness, leak, timing, probe). Verdicts do not matter here; cost does. `cold` uses an empty build cache, `warm`
-the same batch again. Reported per mode: wall seconds, candidates/hour/GPU, statuses, median seconds per stage,
+the same batch again. Reported per mode: wall seconds, candidates/hour/GPU, when the first verdict came and the
+seconds per candidate per GPU after it, the CPU kforge's own process used (a share of one core: its threads share
+one interpreter), statuses, median seconds per stage,
 each GPU's busy fraction and the batch's idle fraction (samples where any of its GPUs was idle: nvidia-smi every
 0.5 s), peak GPU memory, how many candidates each GPU ran, peak host memory used (MemTotal - MemAvailable,
 which counts tmpfs and shared memory) above the baseline, and the peak summed RSS of kforge's processes.
@@ -21,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -192,6 +195,21 @@ class Sampler:
                 "gpu_idle_fraction": None if idle is None else round(idle, 3), "gpu_busy_fraction": busy}
 
 
+def _own_cpu_s() -> float:
+    """CPU seconds of kforge's own process (every thread: the relays, pacers and judges of all its GPUs)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _pace(verdicts: list, arrived: list[float], gpus: int) -> dict:
+    """When the first verdict came (the batch's start: imports, the first compiles and references), and the
+    seconds per candidate per GPU from it to the last: the rate once every GPU is busy, apart from the start."""
+    if len(arrived) < 2:
+        return {"first_verdict_s": round(arrived[0], 1) if arrived else None, "steady_s_per_candidate_per_gpu": None}
+    steady = (arrived[-1] - arrived[0]) / (len(arrived) - 1) * gpus
+    return {"first_verdict_s": round(arrived[0], 1), "steady_s_per_candidate_per_gpu": round(steady, 3)}
+
+
 def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings, trace: Path | None = None) -> dict:
     """One pass; `mode` is cold or warm, with `:N` to use the first N visible GPUs (default all). `trace`: where
     the pass's device holds and child messages go (benchmarks/hold_trace.py); their summary joins the report."""
@@ -199,15 +217,16 @@ def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings, trace:
     gpus = visible_gpus() if settings.device == "cuda" else []
     settings = settings.model_copy(update={"gpus": gpus[:int(count)] if count else None})
     used = settings.gpus or gpus
-    start, verdicts = time.perf_counter(), []
+    start, verdicts, arrived, cpu = time.perf_counter(), [], [], _own_cpu_s()
     with Sampler(settings.device, used) as sampler, hold_trace.Trace() if trace else contextlib.nullcontext() as traced:
         for v in evaluate(jobs, settings):
             verdicts.append(v)
+            arrived.append(time.perf_counter() - start)
             print(json.dumps({"mode": mode, "n": len(verdicts), "at_s": round(time.perf_counter() - start, 1),
                               "problem": v.problem, "gpu": v.evidence.gpu, "status": v.status.value, "cause": v.evidence.cause[:160],
                               "stage_s": v.evidence.stage_s, "build_s": v.evidence.build_steps_s,
                               "headers": v.evidence.build_headers}), file=sys.stderr, flush=True)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _own_cpu_s() - cpu
     if trace:
         traced.write(trace.with_name(f"{trace.stem}_{mode}{trace.suffix}"))
     stages: dict[str, list[float]] = {}
@@ -218,6 +237,7 @@ def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings, trace:
             stages.setdefault("build " + (step if step.endswith(".o") else "link"), []).append(seconds)
     return {"mode": mode, "gpus": len(used) or None, "candidates": len(verdicts), "wall_s": round(wall, 1),
             "candidates_per_hour_per_gpu": round(len(verdicts) / wall * 3600 / max(len(used), 1), 1),
+            **_pace(verdicts, arrived, max(len(used), 1)), "parent_cpu_fraction": round(cpu / wall, 3),
             "statuses": dict(Counter(v.status.value for v in verdicts)),
             "headers": dict(Counter("; ".join(v.evidence.build_headers) for v in verdicts if v.evidence.build_headers)),
             "candidates_per_gpu": dict(Counter(str(v.evidence.gpu) for v in verdicts)),
