@@ -201,7 +201,7 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _pace(verdicts: list, arrived: list[float], gpus: int) -> dict:
+def _pace(arrived: list[float], gpus: int) -> dict:
     """When the first verdict came (the batch's start: imports, the first compiles and references), and the
     seconds per candidate per GPU from it to the last: the rate once every GPU is busy, apart from the start."""
     if len(arrived) < 2:
@@ -222,7 +222,7 @@ def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings, trace:
         for v in evaluate(jobs, settings):
             verdicts.append(v)
             arrived.append(time.perf_counter() - start)
-            print(json.dumps({"mode": mode, "n": len(verdicts), "at_s": round(time.perf_counter() - start, 1),
+            print(json.dumps({"mode": mode, "n": len(verdicts), "at_s": round(arrived[-1], 1),
                               "problem": v.problem, "gpu": v.evidence.gpu, "status": v.status.value, "cause": v.evidence.cause[:160],
                               "stage_s": v.evidence.stage_s, "build_s": v.evidence.build_steps_s,
                               "headers": v.evidence.build_headers}), file=sys.stderr, flush=True)
@@ -237,7 +237,7 @@ def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings, trace:
             stages.setdefault("build " + (step if step.endswith(".o") else "link"), []).append(seconds)
     return {"mode": mode, "gpus": len(used) or None, "candidates": len(verdicts), "wall_s": round(wall, 1),
             "candidates_per_hour_per_gpu": round(len(verdicts) / wall * 3600 / max(len(used), 1), 1),
-            **_pace(verdicts, arrived, max(len(used), 1)), "parent_cpu_fraction": round(cpu / wall, 3),
+            **_pace(arrived, max(len(used), 1)), "parent_cpu_fraction": round(cpu / wall, 3),
             "statuses": dict(Counter(v.status.value for v in verdicts)),
             "headers": dict(Counter("; ".join(v.evidence.build_headers) for v in verdicts if v.evidence.build_headers)),
             "candidates_per_gpu": dict(Counter(str(v.evidence.gpu) for v in verdicts)),
