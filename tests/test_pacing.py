@@ -86,6 +86,19 @@ def test_a_pace_the_harness_would_not_send_is_refused_and_named(message, why):
     assert why in pacer.paired.forged
 
 
+def test_no_reference_block_is_timed_after_the_parent_ended_the_rounds():
+    """Once the parent said stop, a pace that asks for more (a candidate claiming more reps are owed) is refused
+    and named, and no block is timed: the parent may by then let a new reference make its outputs on the device."""
+    asked: list[int] = []
+    pacer = Pacer(lambda first, reps: asked.append(first) or [1.0] * reps, None, 1000)
+    assert pacer({"event": "pace", "which": 0, "reps": 2, "last_round": [], "least": 2}).go
+    assert not pacer({"event": "pace", "which": 2, "reps": 0, "last_round": [0.5, 0.5], "least": 2}).go
+    blocks = list(asked)
+    assert pacer.ended and len(blocks) == 1 and not pacer.paired.forged
+    assert not pacer({"event": "pace", "which": 2, "reps": 2, "last_round": [], "least": 100}).go
+    assert asked == blocks and "after the parent ended the rounds" in pacer.paired.forged
+
+
 def test_samples_that_are_not_the_paced_rounds_are_forged(tmp_path):
     pacer = Pacer(lambda first, reps: [1.0] * reps, None, 1000)
     pacer({"event": "pace", "which": 0, "reps": 2, "last_round": [], "least": 2})

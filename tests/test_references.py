@@ -15,7 +15,7 @@ import torch
 
 from conftest import SOLUTIONS
 from evaluator import CandidateJob, EvalSettings, Status, evaluate
-from evaluator.parent.references import OpenProblems, ReferenceServer, _RESIDENT_SHARE
+from evaluator.parent.references import OpenProblems, ReferenceFailed, ReferenceServer, _RESIDENT_SHARE
 from evaluator.parent.batch import CLOSING_SHARE, Batch
 from evaluator.hardware import device_memory
 from reference_problems import resolve_problem
@@ -293,3 +293,69 @@ def test_a_reference_that_would_not_fit_beside_a_closing_comparer_waits_to_start
         thread.join()
     shutil.rmtree(batch.root)
     assert waited["fits"] < 0.3 and waited["too_big"] >= 0.5 and waited["timed"] >= 0.5, waited
+
+
+def test_a_reference_joins_a_device_only_where_its_holder_left_room_and_takes_it_next(cpu_settings):
+    """A reference's untimed part may join a held device only once its holder opened it (its timed rounds ended)
+    with room for what the reference will hold; one at a time; when the holder gives the device back, the joined
+    reference takes it before any other waiter, and a reference that could not join takes it as usual after."""
+    batch = Batch(cpu_settings)
+    got: dict[str, object] = {}
+
+    def later(name: str, call) -> threading.Thread:
+        thread = threading.Thread(target=lambda: got.__setitem__(name, call()))
+        thread.start()
+        return thread
+
+    def settled() -> set[str]:
+        time.sleep(0.6)
+        return set(got)
+
+    try:
+        holder = batch.take_device()
+        big = later("big", lambda: batch.join(None, 100))
+        assert settled() == set()  # not opened
+        batch.open_beside(None, 50)
+        assert settled() == set()  # opened, too little room
+        later("small", lambda: batch.join(None, 10)).join(timeout=5)
+        assert got == {"small": False}  # beside the holder
+        batch.open_beside(None, 1000)
+        plain = later("plain", lambda: batch.take_device() or "taken")
+        batch.give_back(holder)
+        assert settled() == {"small"}  # the big one waits: one beside at a time; the plain take: the joined goes first
+        batch.take_device(joined=True)
+        batch.give_back(None)
+        assert len(settled() - {"small"}) == 1  # then the other two in turn
+        batch.give_back(None)
+        plain.join(timeout=5)
+        big.join(timeout=5)
+        assert got["plain"] == "taken" and got["big"] is True  # taken, not joined: the device was free
+        batch.give_back(None)
+    finally:
+        batch.stop.set()
+        shutil.rmtree(batch.root)
+
+
+def test_a_reference_beside_another_candidate_takes_the_device_before_it_times(cpu_settings):
+    """Joined beside another candidate's last stages, a reference makes its outputs, then takes the device (the
+    candidate's hold) before it times its model; one that failed beside runs once more alone, and only that
+    failure is its problem's."""
+    batch = Batch(cpu_settings.model_copy(update={"limits": cpu_settings.limits.model_copy(update={"memory_mb": 4096})}))
+    events: list[str] = []
+    take = lambda want=None: events.append("take")  # noqa: E731
+    join = lambda want, room: (events.append("join"), (want, True))[1]  # noqa: E731
+    good = ReferenceServer(batch, resolve_problem("softmax"), room=0)
+    hungry = ReferenceServer(batch, resolve_problem(str(HUNGRY)), room=0)
+    try:
+        assert good.ready(take, join).timing is not None
+        assert events == ["join", "take"]
+        arrived = {m["event"] + (":" + m["stage"] if m["event"] == "stage" else ""): m["_t"] for m in good.child.result.messages}
+        assert arrived["trials"] < arrived["stage:quiet"] < arrived["quiet"] < arrived["stage:timing"]
+        events.clear()
+        with pytest.raises(ReferenceFailed, match="allocate memory"):
+            hungry.ready(take, join)
+        assert events == ["join", "take"]  # beside, failed; then taken, alone, failed again
+    finally:
+        good.close()
+        hungry.close()
+        shutil.rmtree(batch.root)

@@ -25,6 +25,7 @@ def run_reference(chan: stages.Channel, req: ReferenceRequest, model, problem, r
     chan.send(Trials(trials=report))
     timer = None
     if req.timing.enabled:
+        chan.send(Stage(stage="quiet"))  # its outputs made (perhaps beside another candidate): the device alone next
         stages.ask_parent(chan, requests, Quiet(), "the device was quiet")
         inputs = trials.make_inputs(problem, req.timing_seed, device)
         fresh = trials.FreshInputs(inputs, problem, req.timing_seed, device)  # timed as the candidate is

@@ -32,6 +32,7 @@ DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
 T = TypeVar("T")
 _REQUESTS = {"compile": CompileRequest, "candidate": CandidateRequest, "reference": ReferenceRequest}
 CLOSING_SHARE = 0.5  # of device memory: comparers still closing there, with what a new reference will hold (Batch.settle)
+BESIDE_SHARE = 0.75  # of device memory: in use, with what a reference beside a candidate's last stages will hold (Batch.join)
 
 
 class Batch:
@@ -64,6 +65,8 @@ class Batch:
         self._locks: dict[str | None, int] = {}
         self._leases: dict[str | None, leases.Lease] = {}
         self._closing: dict[str | None, list[int]] = {}  # device -> the bytes each comparer closing there holds
+        self._room: dict[str | None, int] = {}  # device -> bytes its holder's last stages leave a reference (open_beside)
+        self._beside: set[str | None] = set()  # devices where a reference runs beside the holder, first to take them next
         self._settled = threading.Condition()
 
     def _check_sandbox(self) -> None:
@@ -170,26 +173,56 @@ class Batch:
             raise
         return child.finish()
 
-    def take_device(self, want: str | None = None) -> str | None:
+    def take_device(self, want: str | None = None, joined: bool = False) -> str | None:
         """A free device of the batch, or device `want` (waits for it); gives up when the batch is stopped. A device
         is also leased against every other kforge process on this machine (leases.py: an flock, released by the
         kernel if this process dies, and a line in which they take turns): two submitters never time or leak-check
-        on one GPU (or the CPU) at the same time."""
+        on one GPU (or the CPU) at the same time. A device where a reference runs beside its holder goes to that
+        reference next (`joined`: the caller is it), so what it made is timed without waiting behind others."""
         with self._freed:
             tried: set[str | None] = set()
             while not self.stop.is_set():
                 free = [want] if want in self._free else [] if want is not None else sorted(self._free, key=str)
                 for device in free:
+                    if device in self._beside and not joined:
+                        continue
                     lock = self._lease(device).take()
                     tried.add(device)
                     if lock is not None:
                         self._free.discard(device)
+                        self._beside.discard(device)
                         self._locks[device] = lock
                         self._leave(tried - {device})
                         return device
                 self._freed.wait(timeout=0.25)
             self._leave(tried)
         raise EvaluatorError("the batch was stopped")
+
+    def open_beside(self, device: str | None, room: int) -> None:
+        """The holder of `device` is in its last stages, nothing of it timed any more (its timed rounds ended,
+        Pacer.ended): one trusted reference that will hold at most `room` bytes may make its outputs there now."""
+        with self._freed:
+            if device in self._locks:
+                self._room[device] = room
+                self._freed.notify_all()
+
+    def join(self, want: str | None, room: int) -> bool:
+        """`want` for a reference's untimed work: beside its holder once open_beside lets `room` bytes in (False),
+        or taken, as take_device takes it, once it is free first (True)."""
+        with self._freed:
+            while not self.stop.is_set() and not (want in self._free and want not in self._beside):
+                if want not in self._beside and self._room.get(want, -1) >= room:
+                    self._beside.add(want)
+                    return False
+                self._freed.wait(timeout=0.25)
+        self.take_device(want)
+        return True
+
+    def leave_beside(self, device: str | None) -> None:
+        """A reference that joined `device` ended without taking it."""
+        with self._freed:
+            self._beside.discard(device)
+            self._freed.notify_all()
 
     def _lease(self, device: str | None) -> leases.Lease:
         if device not in self._leases:
@@ -228,6 +261,7 @@ class Batch:
 
     def give_back(self, device: str | None) -> None:
         with self._freed:
+            self._room.pop(device, None)
             lock = self._locks.pop(device, None)
             if lock is not None:
                 leases.Lease.give_back(lock)
@@ -240,18 +274,33 @@ class Hold:
     GPU where the candidate's comparer lives) and kept until the candidate ends, or until `release` while nothing
     of it runs on the device. On CUDA a child loads (interpreter and torch, seconds) before it asks; on CPU the
     device is held from the start, so that no load slows another child's timed run. `waited_s`: the seconds its
-    takes waited for other kforge processes (the verdict's `device_wait`)."""
+    takes waited for other kforge processes (the verdict's `device_wait`). `beside`: its reference runs beside
+    another candidate's last stages (`join`) and takes the device next."""
 
     def __init__(self, batch: Batch):
-        self.batch, self.device, self.held, self.waited_s = batch, None, False, 0.0
+        self.batch, self.device, self.held, self.beside, self.waited_s = batch, None, False, False, 0.0
         if batch.settings.device == "cpu":
             self(None)
 
     def __call__(self, want: str | None = None) -> str | None:
         if not self.held:
-            self.device, self.held = self.batch.take_device(want), True
+            self.device, self.held = self.batch.take_device(want, joined=self.beside), True
+            self.beside = False
             self.waited_s += self.batch.device_wait_s(self.device)
         return self.device
+
+    def join(self, want: str | None, room: int) -> tuple[str | None, bool]:
+        """The device for the untimed work of this candidate's reference (trusted: the problem's own code), which
+        will hold `room` bytes, and whether that is beside the holder of `want` in its last stages (Batch.join);
+        else it is held. The reference calls the hold itself before it times anything."""
+        if self.held or want is None or self.batch.settings.device == "cpu":
+            return self(want), False
+        if self.batch.join(want, room):
+            self.device, self.held = want, True
+            self.waited_s += self.batch.device_wait_s(want)
+        else:
+            self.device, self.beside = want, True
+        return want, self.beside
 
     def release(self) -> None:
         """Give the device back (CUDA only) while this candidate's next child still loads: the reference it ran
@@ -269,6 +318,8 @@ def on_free_device(batch: Batch, run: Callable[[Hold], T]) -> tuple[T, Hold]:
     finally:
         if hold.held:
             batch.give_back(hold.device)
+        elif hold.beside:  # its reference failed or the batch stopped before it took the device
+            batch.leave_beside(hold.device)
 
 
 def _sized(settings: EvalSettings, children: int) -> EvalSettings:

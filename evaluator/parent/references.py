@@ -7,6 +7,7 @@ the memory their outputs take (OpenProblems), so memory does not grow with the b
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -30,6 +31,10 @@ _RESIDENT_SHARE = 0.15  # of device memory: expected outputs one problem keeps r
 _OPEN_SHARE = 0.35  # of device memory: every open problem's comparer together
 _OPEN_PER_DEVICE = 4  # processes too: each CUDA process costs ~1 GB of host memory, whatever it holds
 _SPARES_PER_DEVICE = 2  # reference children started ahead of their problem's turn: no device memory until asked
+
+
+Join = Callable[[str | None, int], tuple[str | None, bool]]  # (GPU, bytes it will hold) -> (GPU, beside another?)
+_log = logging.getLogger(__name__)
 
 
 class ReferenceFailed(Exception):
@@ -84,25 +89,34 @@ class ReferenceServer:
             if self.child is None:
                 self.child = _spawn(self.batch, self.problem, self.gpu, self.pair)
 
-    def ready(self, take: Callable[[str | None], str | None]) -> Reference:
+    def ready(self, take: Callable[[str | None], str | None], join: Join | None = None) -> Reference:
+        """`take`: the device, held (the candidate's Hold); `join`: the device for the untimed part alone, perhaps
+        beside another candidate's last stages (Hold.join): its outputs are made there, its model timed once
+        `take` holds it."""
         self.prestart()
         with self._lock:
             if self.reference is None and not self.failure:
-                self._run(take)
+                self._run(take, join)
             if self.failure:
                 raise ReferenceFailed(self.failure)
             return self.reference
 
-    def _run(self, take: Callable[[str | None], str | None]) -> None:
+    def _run(self, take: Callable[[str | None], str | None], join: Join | None = None) -> None:
         batch = self.batch
         budget = int(_RESIDENT_SHARE * device_memory(batch.settings.device))
         request = batch.request("reference", self.problem, self.workdir / "out", resident_bytes=budget, audit=self.audit)
         settled: list[float] = []
-        self.child.on_message = lambda message: self._quiet(settled) if message.get("event") == "quiet" else None
-        self.child.begin(request, gate=lambda: self._pin(self._enter(take)))
+        joined: list[bool] = []
+        self.child.on_message = lambda message: self._quiet(take, settled) if message.get("event") == "quiet" else None
+        self.child.begin(request, gate=lambda: self._pin(self._enter(take, join, joined)))
         ready = self.child.wait_for("ready")
         if ready is None:
             self.close()
+            if any(joined):  # it ran beside another candidate, whose doing its failure may be: once more, alone
+                _log.info("the reference of '%s' failed beside another candidate (%s); running it alone",
+                          self.problem.name, _cause(self))
+                self.child = _spawn(batch, self.problem, self.gpu, self.pair)
+                return self._run(take)
             self.failure = _cause(self)
             return
         result = self.child.result
@@ -114,15 +128,22 @@ class ReferenceServer:
                                    run_s=ready["_t"] - result.started - sum(settled),
                                    stage_s=result.stage_seconds(until=ready["_t"]))
 
-    def _enter(self, take: Callable[[str | None], str | None]) -> str | None:
-        gpu = take(self.gpu)
+    def _enter(self, take: Callable[[str | None], str | None], join: Join | None, joined: list[bool]) -> str | None:
+        """The device its request goes out with: joined where it may be (its untimed part), else taken; then
+        room for what it will hold beside comparers still closing there."""
+        if join is not None and self.room is not None:
+            gpu, beside = join(self.gpu, self.room)
+            joined.append(beside)
+        else:
+            gpu = take(self.gpu)
         self.batch.settle(gpu, self.room)
         return gpu
 
-    def _quiet(self, settled: list[float]) -> Go:
-        """The child's outputs are made: it times its model once no comparer is closing on its device (the
-        seconds waited are not its run's)."""
+    def _quiet(self, take: Callable[[str | None], str | None], settled: list[float]) -> Go:
+        """The child's outputs are made: it times its model once it holds the device and no comparer is closing
+        there (the seconds waited are not its run's)."""
         start = time.monotonic()
+        take(self.gpu)
         self.batch.settle(self.gpu)
         settled.append(time.monotonic() - start)
         return Go(go=True)

@@ -72,6 +72,18 @@ def used_by(gpu: str, root: int) -> int | str:
     return sum(p.usedGpuMemory for p in mine)
 
 
+def room(gpu: str, share: float) -> int:
+    """Bytes a new process may take on `gpu` while everything in use there (every process's, NVML's count) stays
+    within `share` of its memory; 0 where NVML cannot say."""
+    if unavailable():
+        return 0
+    try:
+        info = pynvml.nvmlDeviceGetMemoryInfo(_handle(gpu))
+    except (pynvml.NVMLError, ValueError):
+        return 0
+    return max(0, int(share * info.total) - int(info.used))
+
+
 @dataclass
 class ProcessMemory:
     """The parent's side of a candidate's leak check on a GPU: at each mark the child stops and asks, the parent

@@ -74,6 +74,7 @@ class Pacer:
         self.hold = contextlib.nullcontext  # what keeps the candidate still while the reference runs (Child.paused)
         self.paired = Paired()
         self._owed: tuple[int, int] | None = None  # a candidate round whose reference block comes after it
+        self.ended = False  # the parent said stop: no block is timed after (the device may then serve others)
         self._coin = random.SystemRandom()
 
     def __call__(self, message: dict) -> Go:
@@ -84,6 +85,8 @@ class Pacer:
             self.paired.paused_s += time.monotonic() - start
 
     def _answer(self, message: dict) -> Go:
+        if self.ended:
+            return self._refuse("a pace message after the parent ended the rounds")
         try:
             pace = Pace.model_validate(message)
         except ValidationError as exc:
@@ -103,10 +106,12 @@ class Pacer:
                 self._time(pace.which, pace.reps)
             else:
                 self._owed = (pace.which, pace.reps)
+        self.ended = not go
         return Go(go=go)
 
     def _refuse(self, why: str) -> Go:
         self.paired.forged = self.paired.forged or why
+        self.ended = True
         return Go(go=False)
 
     def _time(self, first: int, reps: int) -> None:
