@@ -21,7 +21,8 @@ from evaluator.sandbox.spawn import Child
 
 
 class Trace:
-    """Records while entered: Batch.take_device / give_back and each Child's messages as it finishes."""
+    """Records while entered: Batch.take_device / give_back, a reference joining a held device (Batch.join), and
+    each Child's messages as it finishes."""
 
     def __init__(self):
         self.holds: list[tuple[float, str, str, str]] = []  # (t, take|give, device, thread)
@@ -29,13 +30,19 @@ class Trace:
         self._lock = threading.Lock()
 
     def __enter__(self) -> "Trace":
-        self._take, self._give, self._finish = Batch.take_device, Batch.give_back, Child.finish
+        self._take, self._give, self._join, self._finish = Batch.take_device, Batch.give_back, Batch.join, Child.finish
         trace = self
 
-        def take_device(batch, want=None):
-            device = trace._take(batch, want)
+        def take_device(batch, want=None, joined=False):
+            device = trace._take(batch, want, joined)
             trace._hold("take", device)
             return device
+
+        def join(batch, want, room):
+            taken = trace._join(batch, want, room)
+            if not taken:  # a reference beside the holder (a take is recorded as one)
+                trace._hold("join", want)
+            return taken
 
         def give_back(batch, device):
             trace._hold("give", device)
@@ -46,11 +53,11 @@ class Trace:
             trace._child(child, result)
             return result
 
-        Batch.take_device, Batch.give_back, Child.finish = take_device, give_back, finish
+        Batch.take_device, Batch.give_back, Batch.join, Child.finish = take_device, give_back, join, finish
         return self
 
     def __exit__(self, *exc) -> None:
-        Batch.take_device, Batch.give_back, Child.finish = self._take, self._give, self._finish
+        Batch.take_device, Batch.give_back, Batch.join, Child.finish = self._take, self._give, self._join, self._finish
 
     def _hold(self, op: str, device) -> None:
         with self._lock:
@@ -77,12 +84,13 @@ class Trace:
         for t, op, device, _ in self.holds:
             if op == "take":
                 opened[device] = t
-            elif device in opened:
+            elif op == "give" and device in opened:
                 intervals[device].append((opened.pop(device), t))
         held = [span for spans in intervals.values() for span in spans]
         out = {"wall_s": round(end - start, 2), "devices": {
             device: {"held_fraction": round(sum(b - a for a, b in spans) / max(end - start, 1e-9), 3),
-                     "holds": len(spans), "median_hold_s": round(statistics.median(b - a for a, b in spans), 3)}
+                     "holds": len(spans), "median_hold_s": round(statistics.median(b - a for a, b in spans), 3),
+                     "joins": sum(op == "join" and on == device for _, op, on, _ in self.holds)}
             for device, spans in intervals.items() if spans}}
         for role in ("reference", "candidate"):
             totals: dict[str, float] = defaultdict(float)

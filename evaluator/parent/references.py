@@ -19,6 +19,7 @@ from typing import Callable
 from pydantic import BaseModel
 
 from evaluator.parent.batch import Batch
+from evaluator.contracts import EvaluatorError
 from evaluator.hardware import device_memory
 from evaluator.verdict.case import Reference, timings
 from evaluator.verdict.rules import ended_badly
@@ -139,11 +140,14 @@ class ReferenceServer:
         self.batch.settle(gpu, self.room)
         return gpu
 
-    def _quiet(self, take: Callable[[str | None], str | None], settled: list[float]) -> Go:
+    def _quiet(self, take: Callable[[str | None], str | None], settled: list[float]) -> Go | None:
         """The child's outputs are made: it times its model once it holds the device and no comparer is closing
-        there (the seconds waited are not its run's)."""
+        there (the seconds waited are not its run's). No answer where the batch stopped meanwhile."""
         start = time.monotonic()
-        take(self.gpu)
+        try:
+            take(self.gpu)
+        except EvaluatorError:
+            return None
         self.batch.settle(self.gpu)
         settled.append(time.monotonic() - start)
         return Go(go=True)

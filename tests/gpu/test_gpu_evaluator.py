@@ -100,3 +100,52 @@ def test_a_dsl_kernel_of_its_own_must_launch(language, module, tmp_path):
     assert honest.evidence.language == language
     assert (hostile.status, hostile.evidence.exploit) == (Status.CHEAT, "no_custom_kernel"), hostile.evidence.cause
     assert "never launched" in hostile.evidence.cause, hostile.evidence.cause
+
+
+def test_a_reference_beside_a_candidate_never_overlaps_a_timed_window(tmp_path):
+    """Six problems (copies of relu's file), a correct kernel each, on one GPU: the next problem's reference
+    makes its outputs beside a candidate's last stages at least once, and on the parent's clock no reference's
+    run overlaps another problem's candidate's timed loop, no reference's own timing overlaps any candidate's
+    run, and no two candidates run at once."""
+    import sys
+
+    from evaluator.hardware import visible_gpus
+    from reference_problems.registry import load_problem_file
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import hold_trace
+
+    relu, jobs = resolve_problem("relu"), []
+    for i in range(6):
+        copy = tmp_path / f"relu_{i}.py"
+        copy.write_text(relu.path.read_text() + f"\n# problem {i}\n")
+        kernel = tmp_path / f"kernel_{i}.py"
+        kernel.write_text((CANDIDATES / "relu" / "relu_cuda.py").read_text())
+        jobs.append(CandidateJob(path=kernel, problem=load_problem_file(copy)))
+    settings = EvalSettings(device="cuda", size="small", trials=2, warmup_ms=20, rep_ms=100, build_root=tmp_path / "builds",
+                            jobs=4, gpus=visible_gpus()[:1])
+    with hold_trace.Trace() as trace:
+        verdicts = list(evaluate(jobs, settings))
+    assert {v.status for v in verdicts} == {Status.CORRECT}
+    assert any(op == "join" for _, op, _, _ in trace.holds), trace.holds
+
+    def at(child: dict, step: str) -> float:
+        return next(t for t, name in child["steps"] if name == step)
+
+    def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+        return max(a[0], b[0]) < min(a[1], b[1])
+
+    problem_of = {f"cand{i:05d}": job.problem.sha256[:16] for i, job in enumerate(jobs)}
+    refs = [c for c in trace.children if "/ref/" in c["dir"] and c["started"] and any(n == "ready" for _, n in c["steps"])]
+    cands = [c for c in trace.children if Path(c["dir"]).name in problem_of]
+    assert len(refs) == len(cands) == 6
+    for cand in cands:
+        timed = (at(cand, "stage:timing"), at(cand, "timing:model"))
+        run = (cand["started"], at(cand, "done"))
+        for ref in refs:
+            if not Path(ref["dir"]).name.startswith(problem_of[Path(cand["dir"]).name]):
+                assert not overlap((ref["started"], at(ref, "ready")), timed), (cand["dir"], ref["dir"])
+            assert not overlap((at(ref, "stage:timing"), at(ref, "ready")), run), (cand["dir"], ref["dir"])
+        for other in cands:
+            if other is not cand:
+                assert not overlap(run, (other["started"], at(other, "done"))), (cand["dir"], other["dir"])
