@@ -68,8 +68,8 @@ def test_evidence_says_where_the_time_went(verdicts):
     assert v.evidence.build_steps_s["main.o"] < v.evidence.stage_s["compile_child"]
     # device_wait is there only when another kforge process held the CPU meanwhile (leases.py)
     stages = verdicts["cpu_fused_o3"].evidence.stage_s
-    reference = ["reference_start", "reference_setup", "reference_init", "reference_correctness", "reference_timing", "reference_timed",
-                 "reference_footprint", "reference_serving"]  # the reference child's stages, request to ready
+    reference = ["reference_start", "reference_setup", "reference_init", "reference_correctness", "reference_quiet",
+                 "reference_timing", "reference_timed", "reference_footprint", "reference_serving"]  # the reference child's stages, request to ready
     assert [s for s in stages if s != "device_wait"] == ["compile_child", "reference_wait", "reference_run", "reference_load", *reference, "load", "start",
                             "setup", "compile", "init",
                             "correctness", "leak", "timing", "timed", "probe", "judge", "of_which_comparer",
