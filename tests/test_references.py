@@ -359,3 +359,28 @@ def test_a_reference_beside_another_candidate_takes_the_device_before_it_times(c
         good.close()
         hungry.close()
         shutil.rmtree(batch.root)
+
+
+def test_a_candidates_probe_frees_its_comparer_only_after_its_rounds_and_its_verify_call(tmp_path):
+    """On CUDA the candidate's probe is its comparer's last use, so its problem may close it then (beside the
+    candidate's final check and exit), but only once the parent ended the timed rounds and compared the verify
+    call: a probe sent earlier (a hostile child's) frees nothing that its later reference blocks would need."""
+    from types import SimpleNamespace
+
+    from evaluator.parent.runner import _relay
+    from evaluator.verdict.checks import Checks
+    from evaluator.verdict.pacing import Pacer
+
+    freed: list[str] = []
+    batch = SimpleNamespace(settings=EvalSettings(device="cuda"))
+    pacer = Pacer(lambda first, reps: [1.0] * reps, rel_ci=None, max_reps=100)
+    comparisons: dict[str, dict] = {}
+    relay = _relay(batch, SimpleNamespace(workdir=tmp_path), None, comparisons, pacer, None, {}, Checks(100),
+                   lambda: None, lambda: freed.append("comparer"))
+    probe = {"event": "probe", "outputs": {}, "inputs_changed": False}
+    assert relay(probe) is None and freed == []  # rounds still to come
+    assert relay({"event": "pace", "which": 0, "reps": 0, "last_round": [], "least": 0}).go is False
+    assert pacer.ended and relay(probe) is None and freed == []  # the verify call not compared yet
+    comparisons["verify"] = {"ok": True}
+    relay(probe)
+    assert freed == ["comparer"]

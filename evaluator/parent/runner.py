@@ -59,13 +59,22 @@ def _opener(batch: Batch, take: Hold) -> Callable[[], None]:
 
 
 def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: dict[str, dict], pacer: Pacer,
-           memory: ProcessMemory, waited: dict[str, float], checks: Checks, opened: Callable[[], None]):
+           memory: ProcessMemory, waited: dict[str, float], checks: Checks, opened: Callable[[], None],
+           compared: Callable[[], None]):
     """The candidate child's handoffs, answered: each call's outputs go to the problem's comparer, the answer
     is kept for the judge (and the seconds it took in `waited`), and the child is told to go on. On CPU the
     raw-bytes file is removed once judged. Its paces go to the pacer, which times the reference beside its
     rounds; the marks of its leak check, to the reader of its processes' device memory; after each timed call,
-    `checks` decides whether it is compared (its wait then counts as the timed loop's pause, as the pacer's)."""
+    `checks` decides whether it is compared (its wait then counts as the timed loop's pause, as the pacer's).
+    On CUDA its probe, once the rounds ended and the verify call was compared, is the comparer's last use by this
+    candidate (`compared`): the problem's last candidate lets it close beside its own final check and exit, which
+    the next reference's timing would otherwise wait out. A probe sent early only takes the comparer from the
+    candidate's own later handoffs (they fail)."""
     def on_message(message: dict) -> Ack | Check | Go | None:
+        if message.get("event") == "probe":
+            if pacer.ended and "verify" in comparisons and batch.settings.device == "cuda":
+                compared()
+            return None
         if message.get("event") == "pace":
             go = pacer(message)
             if pacer.ended:
@@ -105,24 +114,24 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
                      compiled: ChildResult, child: Child | None = None, gpu: str | None = None) -> Verdict:
     """The candidate on a free device, then judged once the device is free again (the judge may wait for the
     problem's FLOPs: the first candidates of a batch waited ~3 s for them while holding the GPU). Its problem's
-    last candidate closes the comparer, which on CUDA lets go of its outputs after the device is given back: the
-    next problem's reference makes its outputs beside it only where both fit (KernelBench's norm problems hold
-    7.5 GB a tensor), and nothing is timed there until it is gone (Batch.settle)."""
-    began = []
+    last candidate closes the comparer once done with it (on CUDA at its probe, see _relay), which lets go of its
+    outputs in the background: the next problem's reference makes its outputs beside it only where both fit
+    (KernelBench's norm problems hold 7.5 GB a tensor), and nothing is timed there until it is gone (Batch.settle)."""
+    began, finished = [], functools.cache(functools.partial(problems.finished_one, prep.job.problem))  # once
 
     def run(take: Hold) -> Verdict | Ran:
         began.append(True)
         try:
-            return _run_compiled(batch, problems, prep, take, child or _spawn_candidate(batch, prep, gpu), gpu)
+            return _run_compiled(batch, problems, prep, take, child or _spawn_candidate(batch, prep, gpu), gpu, finished)
         finally:
-            problems.finished_one(prep.job.problem)
+            finished()
 
     batch.on_stage(prep.job, "running")
     try:
         ran, hold = on_free_device(batch, run)
     finally:
         if not began:  # the batch stopped before the run began
-            problems.finished_one(prep.job.problem)
+            finished()
             if child is not None:
                 child.finish(wait=False)
     found = _within_budgets(judged(batch, costs, prep.job, compiled, ran), ran) if isinstance(ran, Ran) else ran
@@ -144,17 +153,17 @@ def _within_budgets(found: Verdict, ran: Ran) -> Verdict:
 
 
 def _run_compiled(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, child: Child,
-                  gpu: str | None) -> Verdict | Ran:
+                  gpu: str | None, finished: Callable[[], None]) -> Verdict | Ran:
     """The candidate's run, and where Batch.pairs asks for more than one process pair (CPU), the same run again
     in fresh processes on both sides while every run so far is correct and timed: each is judged in full, and
     the speedup pools the ratios of the pairs that have one (verdicts.judged). A pair whose ratio could not stand
     still calls for the next, so whether a candidate is judged in its later processes never hangs on timing
     noise. An interpreted candidate has no speed to pool."""
     settings, text = batch.settings, prep.job.text
-    runs = [_run_pair(batch, problems, prep, take, child, gpu, 0)]
+    runs = [_run_pair(batch, problems, prep, take, child, gpu, 0, finished)]
     while len(runs) < batch.pairs() and isinstance(runs[-1], Ran) and not settings.interprets(text) \
             and _timed_correct(runs[-1].outcome(settings, prep.job.problem.meta, language=settings.language_of(text))):
-        runs.append(_run_pair(batch, problems, prep, take, _spawn_candidate(batch, prep, gpu), gpu, len(runs)))
+        runs.append(_run_pair(batch, problems, prep, take, _spawn_candidate(batch, prep, gpu), gpu, len(runs), finished))
     first, *more = runs
     if isinstance(first, Ran):  # a later pair whose reference failed where the first's ran: pool what ran
         first.more = [ran for ran in more if isinstance(ran, Ran)]
@@ -166,16 +175,17 @@ def _timed_correct(outcome: Outcome) -> bool:
 
 
 def _run_pair(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, child: Child, gpu: str | None,
-              pair: int) -> Verdict | Ran:
+              pair: int, finished: Callable[[], None]) -> Verdict | Ran:
     """The candidate's child (started for `gpu`, told nothing yet) loads while the problem's reference there runs
-    (if it has not yet); the candidate then runs on that GPU, where the comparer holds its expected outputs."""
+    (if it has not yet); the candidate then runs on that GPU, where the comparer holds its expected outputs.
+    `finished`: this candidate is done with the problem (OpenProblems.finished_one, once)."""
     settings, problem = batch.settings, prep.job.problem
     server, comparisons, waited = problems.server(problem, gpu, pair), {}, {"comparer": 0.0, "comparer_work": 0.0, "comparer_recompute": 0.0}
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired)
     memory = ProcessMemory(lambda: take.device if take.held and settings.device == "cuda" else None, child.proc.pid)
     checks = Checks(settings.max_reps)
     child.on_message = _relay(batch, prep, server, comparisons, pacer, memory, waited, checks,  # it has sent only `loaded`
-                              _opener(batch, take))
+                              _opener(batch, take), finished)
     pacer.hold = child.paused  # the candidate's processes are stopped while its reference block runs
     waiting = time.monotonic()
     try:
