@@ -364,7 +364,8 @@ def test_a_reference_beside_another_candidate_takes_the_device_before_it_times(c
 def test_a_candidates_probe_frees_its_comparer_only_after_its_rounds_and_its_verify_call(tmp_path):
     """On CUDA the candidate's probe is its comparer's last use, so its problem may close it then (beside the
     candidate's final check and exit), but only once the parent ended the timed rounds and compared the verify
-    call: a probe sent earlier (a hostile child's) frees nothing that its later reference blocks would need."""
+    call: a probe sent earlier (a hostile child's) frees nothing that its later reference blocks would need, and
+    a handoff after it is the candidate's forgery (a read error: `forged_outputs`), never a comparer gone."""
     from types import SimpleNamespace
 
     from evaluator.parent.runner import _relay
@@ -383,4 +384,7 @@ def test_a_candidates_probe_frees_its_comparer_only_after_its_rounds_and_its_ver
     assert pacer.ended and relay(probe) is None and freed == []  # the verify call not compared yet
     comparisons["verify"] = {"ok": True}
     relay(probe)
+    relay(probe)
     assert freed == ["comparer"]
+    outputs = {"event": "outputs", "which": "timed_3", "outputs": []}
+    assert relay(outputs).ack == "timed_3" and "after the probe" in comparisons["timed_3"]["error"]  # no comparer asked

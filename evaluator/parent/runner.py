@@ -68,11 +68,14 @@ def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: d
     `checks` decides whether it is compared (its wait then counts as the timed loop's pause, as the pacer's).
     On CUDA its probe, once the rounds ended and the verify call was compared, is the comparer's last use by this
     candidate (`compared`): the problem's last candidate lets it close beside its own final check and exit, which
-    the next reference's timing would otherwise wait out. A probe sent early only takes the comparer from the
-    candidate's own later handoffs (they fail)."""
+    the next reference's timing would otherwise wait out. A handoff after it was forged: the harness sends its
+    probe last."""
+    probed: list[bool] = []
+
     def on_message(message: dict) -> Ack | Check | Go | None:
         if message.get("event") == "probe":
-            if pacer.ended and "verify" in comparisons and batch.settings.device == "cuda":
+            if pacer.ended and "verify" in comparisons and batch.settings.device == "cuda" and not probed:
+                probed.append(True)
                 compared()
             return None
         if message.get("event") == "pace":
@@ -89,6 +92,9 @@ def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: d
         label = str(message.get("which"))
         if label in comparisons:
             return Ack(ack=label)  # a repeated handoff: the channel check names it
+        if probed:
+            comparisons[label] = {"error": f"outputs for {label!r} handed over after the probe, which the harness sends last"}
+            return Ack(ack=label)
         if not harness_call(label, server.reference.meta):  # nor a file name kforge would remove
             comparisons[label] = {"error": f"outputs for {label!r}, a call the harness never makes"}
             return Ack(ack=label)
