@@ -526,3 +526,22 @@ def test_a_memory_hog_spread_over_processes_is_stopped_by_the_childs_memory_limi
     v = hungry["verdicts"]["memory_hog"]
     assert v.status is Status.RUNTIME_ERROR and "memory limit" in v.evidence.cause, v.evidence.cause
     assert running(str(v.solution_path)) == []
+
+
+def test_a_childs_exit_is_seen_as_it_happens_and_a_running_child_is_waited_for_no_longer_than_asked():
+    """The parent's wait on a child (evaluator.sandbox.spawn._wait_exit) wakes as the child ends, long before its
+    timeout, and returns at the timeout while the child still runs (the budget checks come between waits)."""
+    from evaluator.sandbox.spawn import _wait_exit
+
+    ending = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(0.3)"])
+    start = time.monotonic()
+    _wait_exit(ending, 30.0)
+    assert ending.poll() == 0 and time.monotonic() - start < 10.0
+    running_child = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(60)"])
+    try:
+        start = time.monotonic()
+        _wait_exit(running_child, 0.5)
+        assert 0.45 < time.monotonic() - start < 5.0 and running_child.poll() is None
+    finally:
+        running_child.kill()
+        running_child.wait()
