@@ -4,7 +4,9 @@ parent's clock; then, per device, how much of the wall it was held, and which st
 Used by benchmarks/kernelbench_throughput.py (--trace FILE). A step is the time from one message of a child to the
 next (the first from the request), named for the message that ends it ("stage:timing", "outputs:trial_1",
 "ready"). Steps count only while a device was held (any device: meant for a batch on one GPU), so the loads that run
-beside another candidate's hold do not show.
+beside another candidate's hold do not show. `hold_parts_s` splits each hold, on any number of GPUs, into the
+reference's wait for quiet and its timing, the candidate's stages and its exit, each child placed on the device its
+gate gave it; `load_s`: children's loads (spawn to `loaded`), which run outside the holds.
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ class Trace:
 
     def __enter__(self) -> "Trace":
         self._take, self._give, self._join, self._finish = Batch.take_device, Batch.give_back, Batch.join, Child.finish
+        self._begin, self._devices = Child.begin, {}
         trace = self
+
+        def begin(child, request, gate=None):
+            def gated():
+                trace._devices[id(child)] = gpu = gate()
+                return gpu
+            return trace._begin(child, request, gated if gate else None)
 
         def take_device(batch, want=None, joined=False):
             device = trace._take(batch, want, joined)
@@ -54,10 +63,12 @@ class Trace:
             return result
 
         Batch.take_device, Batch.give_back, Batch.join, Child.finish = take_device, give_back, join, finish
+        Child.begin = begin
         return self
 
     def __exit__(self, *exc) -> None:
         Batch.take_device, Batch.give_back, Batch.join, Child.finish = self._take, self._give, self._join, self._finish
+        Child.begin = self._begin
 
     def _hold(self, op: str, device) -> None:
         with self._lock:
@@ -68,7 +79,8 @@ class Trace:
                  for m in result.messages if "_t" in m]
         with self._lock:
             self.children.append({"dir": str(result.log_path.parent), "spawned": result.spawned,
-                                  "started": result.started, "steps": steps})
+                                  "started": result.started, "steps": steps,
+                                  "gpu": str(self._devices.pop(id(child), None))})
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps({"holds": self.holds, "children": self.children}))
@@ -104,7 +116,58 @@ class Trace:
                         before = t
             top = sorted(totals.items(), key=lambda item: -item[1])[:15]
             out[f"{role}_steps_held_s"] = {name: round(seconds, 2) for name, seconds in top}
+        out["hold_parts_s"], out["load_s"] = hold_parts(intervals, self.children), loads(self.children)
         return out
+
+
+# A hold's parts: (name, from, to), each a step of the reference (ref:) or the candidate (cand:), or the hold's own
+# take and give; "cand:started" is when the candidate's request went out
+_PARTS = (("quiet", "take", "ref:stage:timing"), ("reference_timing", "ref:stage:timing", "ref:ready"),
+          ("setup", "cand:started", "cand:stage:correctness"), ("correctness", "cand:stage:correctness", "cand:stage:leak"),
+          ("leak", "cand:stage:leak", "cand:stage:timing"), ("timing_setup", "cand:stage:timing", "cand:stage:timed"),
+          ("timed", "cand:stage:timed", "cand:timing:model"), ("probe", "cand:stage:probe", "cand:probe"),
+          ("final_check", "cand:probe", "cand:done"), ("exit", "cand:done", "give"))
+
+
+def _first(child: dict, step: str) -> float | None:
+    return child["started"] if step == "started" else next((t for t, name in child["steps"] if name == step), None)
+
+
+def hold_parts(intervals: dict[str, list[tuple[float, float]]], children: list[dict]) -> dict:
+    """Per part of a hold (_PARTS), its median and its sum over the holds that had one reference timed and one
+    candidate run inside them, on any device (on CUDA, every hold; CPU's process pairs put several of each in one
+    hold, which are not split); `holds`: how many such holds there were."""
+    parts: dict[str, list[float]] = defaultdict(list)
+    counted = 0
+    for device, spans in intervals.items():
+        mine = [c for c in children if c.get("gpu") == device and c["started"]]
+        for take, give in spans:
+            def inside(step: str, reference: bool) -> list[dict]:
+                return [c for c in mine if ("/ref/" in c["dir"]) == reference
+                        and take - 0.01 <= (_first(c, step) or -1.0) <= give]
+            refs, cands = inside("stage:timing", True), inside("started", False)
+            if len(refs) != 1 or len(cands) != 1:
+                continue
+            counted += 1
+            at = {"take": take, "give": give}
+            for name, start, end in _PARTS:
+                a, b = (at.get(x) or _first(refs[0] if x.startswith("ref:") else cands[0], x.split(":", 1)[1])
+                        for x in (start, end))
+                if a is not None and b is not None:
+                    parts[name].append(b - a)
+    summary = {name: {"median": round(statistics.median(v), 3), "sum": round(sum(v), 1)} for name, v in parts.items()}
+    return {"holds": counted, **summary}
+
+
+def loads(children: list[dict]) -> dict:
+    """Median seconds from spawn to `loaded`, for reference children and candidates apart."""
+    out = {}
+    for role in ("reference", "candidate"):
+        spans = [t - c["spawned"] for c in children if ("/ref/" in c["dir"]) == (role == "reference")
+                 for t in [_first(c, "loaded")] if t is not None and c["spawned"]]
+        if spans:
+            out[role] = round(statistics.median(spans), 3)
+    return out
 
 
 def _overlap(a: float, b: float, spans: list[tuple[float, float]]) -> float:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, on a machine with a CUDA device (see README "The GPU check").
 # Usage: bash scripts/device_check.sh [evaluate|repeat N|stages|probe|ncu [FILES]|timeline [FILES]|gpu-tests|adversarial|memory|speed|
-#        speed-exec|throughput [LEVEL]|fingerprint [GB]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|answers [N G]|loads|languages|dsl|all]
+#        speed-exec|throughput [LEVEL]|neighbours [REPS]|fingerprint [GB]|audit [LEVELS]|doctor|multigpu [N]|pairing|crowd|agent|answers [N G]|loads|languages|dsl|all]
 # (logs and the db go to $OUT or ./device-out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -80,6 +80,9 @@ throughput() {  # KernelBench level N (default 1) in one batch, cold then warm; 
     --modes ${MODES:-cold,warm} ${BUILD_ROOT:+--build-root $BUILD_ROOT} ${TRACE:+--trace "$OUT/trace.json"} --out "$OUT/throughput.json" \
     2> >(tee -a "$OUT/throughput.progress" >&2)
 }
+neighbours() {  # whether one GPU's context churn or IPC slows a handoff, synced kernels and CUDA's start on another
+  python3 benchmarks/gpu_neighbours.py ${1:-20} | tee "$OUT/neighbours.jsonl"
+}
 audit() {  # all 250 problems at their own sizes: trivial answers, too fast to time, does not fit
   python3 benchmarks/problem_audit.py ${KB:-.kb} --levels ${1:-1,2,3} --parallel ${PARALLEL:-2} ${ONLY:+--only $ONLY} --out "$OUT/audit.md"
 }
@@ -139,7 +142,7 @@ case "$cmd" in
   adversarial) adversarial ;; memory) memory ;; speed) speed "$@" ;;
   timeline) timeline "$@" ;;
   speed-exec) KFORGE_FORK_SERVER=0 TAG=_exec speed "$@" ;;  # each child its own interpreter: the fork server's baseline
-  throughput) throughput "$@" ;; audit) audit "$@" ;; doctor) doctor ;; multigpu) multigpu "$@" ;; pairing) pairing "$@" ;; crowd) crowd ;;
+  throughput) throughput "$@" ;; neighbours) neighbours "$@" ;; audit) audit "$@" ;; doctor) doctor ;; multigpu) multigpu "$@" ;; pairing) pairing "$@" ;; crowd) crowd ;;
   agent) agent "$@" ;; answers) answers "$@" ;; loads) loads ;; fingerprint) fingerprint "$@" ;;
   languages) languages ;; dsl) dsl ;;
   all) evaluate; repeat 4; probe; ncu; gpu_tests; adversarial; memory; speed ;;
