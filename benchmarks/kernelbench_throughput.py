@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -211,9 +212,12 @@ def _pace(arrived: list[float], gpus: int) -> dict:
 
 
 def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings, trace: Path | None = None) -> dict:
-    """One pass; `mode` is cold or warm, with `:N` to use the first N visible GPUs (default all). `trace`: where
-    the pass's device holds and child messages go (benchmarks/hold_trace.py); their summary joins the report."""
+    """One pass; `mode` is cold or warm, with `:N` to use the first N visible GPUs (default all). A cold pass empties
+    the build cache first, so one after another pass is still cold. `trace`: where the pass's device holds and child
+    messages go (benchmarks/hold_trace.py, FILE_<mode>[_<N>gpu].json); their summary joins the report."""
     mode, _, count = mode.partition(":")
+    if mode == "cold" and settings.build_root.exists():
+        shutil.rmtree(settings.build_root)
     gpus = visible_gpus() if settings.device == "cuda" else []
     settings = settings.model_copy(update={"gpus": gpus[:int(count)] if count else None})
     used = settings.gpus or gpus
@@ -228,7 +232,7 @@ def run_mode(mode: str, jobs: list[CandidateJob], settings: EvalSettings, trace:
                               "headers": v.evidence.build_headers}), file=sys.stderr, flush=True)
     wall, cpu = time.perf_counter() - start, _own_cpu_s() - cpu
     if trace:
-        traced.write(trace.with_name(f"{trace.stem}_{mode}{trace.suffix}"))
+        traced.write(trace.with_name(f"{trace.stem}_{mode}{f'_{count}gpu' if count else ''}{trace.suffix}"))
     stages: dict[str, list[float]] = {}
     for v in verdicts:
         for stage, seconds in v.evidence.stage_s.items():
@@ -255,7 +259,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=None, help="compiles at once (default: kforge's, sized to the machine)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--build-root", type=Path, default=None, help="a build cache to reuse (default: a new, empty one)")
+    ap.add_argument("--build-root", type=Path, default=None, help="a build cache to reuse by a later call's warm pass "
+                    "(a cold pass empties it; default: a new, empty one)")
     ap.add_argument("--trace", type=Path, default=None, help="write each pass's device holds and child messages here "
                     "(FILE_<mode>.json) and report where the held time went")
     args = ap.parse_args()
