@@ -64,9 +64,7 @@ def _kernels_ms(reps: int) -> float:
 
 def _start_ms(n: int) -> float:
     """Median ms of a fresh process's CUDA start on GPU 0: initialisation and its first allocation."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
-    runs = [json.loads(subprocess.run([sys.executable, "-c", cuda_start_cost._ONE], env=env, check=True,
-                                      capture_output=True, text=True).stdout) for _ in range(n)]
+    runs = cuda_start_cost.runs(n, {**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
     return statistics.median(r["cuda_init"] + r["context"] for r in runs)
 
 
