@@ -88,7 +88,7 @@ class EvalSettings(BaseModel):
     trials: int = Field(3, ge=1)
     leak_calls: int = Field(10, ge=2)  # calls per leak window at most: fewer for a slow call (leaks.window_calls)
     timing: bool = True
-    warmup_ms: float = 100.0
+    warmup_ms: float = 25.0  # untimed calls before the timed ones, the estimate's included (Triton's do_bench: 25 ms)
     rep_ms: float = 1000.0
     min_reps: int = 10
     max_reps: int = 1000

@@ -19,6 +19,7 @@ import pytest
 from conftest import CANDIDATES, SOLUTIONS, kforge_runner
 from evaluator import CandidateJob, EvalSettings, Status, evaluate
 from evaluator.sandbox import cgroups
+from evaluator.parent.batch import COMPILE_NICE
 from evaluator.contracts import Evidence, TimingReport
 from evaluator.verdict.case import Case, Outcome, Reference
 from evaluator.verdict.speed import check_pairing, check_timing, pooled
@@ -142,20 +143,29 @@ def test_a_candidate_identical_to_the_reference_is_one_x_with_a_core_hogged(cpu_
     assert 0.85 <= verdict.speedup <= 1.15 and low <= verdict.speedup <= high, (verdict.speedup, (low, high), report.interval)
 
 
-def test_cpu_runs_are_timed_on_the_last_core_and_compiles_run_off_it(cpu_settings, tmp_path):
+def test_cpu_runs_are_timed_on_the_last_core_and_compiles_run_off_it_below_the_judging(cpu_settings, tmp_path):
     """The same work in two fresh processes on two cores of this VM timed 0.73-1.38x, on one core 0.92-1.07x:
     every reference and candidate is timed on the timing cores, kforge's compiles run on the others, and the
-    candidate cannot move itself off them (seccomp refuses sched_setaffinity)."""
+    candidate cannot move itself off them (seccomp refuses sched_setaffinity). A compile runs COMPILE_NICE below
+    kforge, and cannot raise itself back; the candidate's run does not yield."""
     assert cpu_cores(1, {0, 1, 2, 3}) == ({3}, {0, 1, 2}) and cpu_cores(2, {0, 5}) == ({0, 5}, {0, 5})
     assert cpu_cores(1, {0}) == ({0}, {0})
     where = tmp_path / "where_am_i.py"
     where.write_text("import os\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
                      "    def __init__(self, *args):\n        super().__init__()\n\n"
                      "    def forward(self, x):\n        try:\n            os.sched_setaffinity(0, {0})\n"
-                     "        except PermissionError:\n            raise RuntimeError(f'cores={sorted(os.sched_getaffinity(0))}')\n")
-    (verdict,) = evaluate([CandidateJob(path=where, problem=resolve_problem("scale_bias_hardswish"))], cpu_settings)
+                     "        except PermissionError:\n"
+                     "            raise RuntimeError(f'cores={sorted(os.sched_getaffinity(0))} nice={os.getpriority(os.PRIO_PROCESS, 0)}')\n")
+    compiling = tmp_path / "how_nice.py"
+    compiling.write_text("import os\nimport torch.nn as nn\n\ntry:\n    os.nice(-10)\nexcept PermissionError:\n"
+                         "    raise RuntimeError(f'compiling at nice={os.getpriority(os.PRIO_PROCESS, 0)}')\n\n\nclass ModelNew(nn.Module):\n    pass\n")
+    problem = resolve_problem("scale_bias_hardswish")
+    verdicts = evaluate([CandidateJob(path=where, problem=problem), CandidateJob(path=compiling, problem=problem)],
+                        cpu_settings)
+    ran, compiled = sorted(verdicts, key=lambda v: v.evidence.stage == "compile")
     timed, _ = cpu_cores(cpu_settings.cpu_threads, os.sched_getaffinity(0))
-    assert verdict.status is Status.RUNTIME_ERROR and f"cores={sorted(timed)}" in verdict.evidence.cause, verdict.evidence
+    assert ran.status is Status.RUNTIME_ERROR and f"cores={sorted(timed)} nice={os.nice(0)}" in ran.evidence.cause, ran.evidence
+    assert f"compiling at nice={os.nice(0) + COMPILE_NICE}" in compiled.evidence.cause, compiled.evidence
 
 
 def test_the_wall_clock_check_does_not_count_the_loops_wait_for_the_reference(tmp_path):

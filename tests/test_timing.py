@@ -72,13 +72,14 @@ def test_fresh_runs_before_every_call_outside_the_timer():
     assert max(samples) < 15  # 2 ms calls (a loaded machine stretches some); the 20 ms fills stayed out of every one
 
 
-def test_a_slow_call_is_estimated_in_fewer_calls():
+def test_a_slow_call_is_estimated_in_fewer_calls_which_count_as_its_warmup():
     """Measured calls of the estimate stop once they add up to 100 ms: a 60 ms call is estimated from 2 after the
-    first (a 2 ms call from 5), then warmed up once."""
+    first (a 2 ms call from 5). Those calls warm up too: a warmup they already cover adds no call, and a longer one
+    only what is left of it (100 ms of 2 ms calls, ~12 ms of them the estimate's)."""
     untimed = []
-    for ms, estimated in ((60, 3), (2, 6)):
-        bench(lambda: time.sleep(ms / 1e3), "cpu", 1, 1, 1, 1, rel_ci=None, mark=untimed.append)
-        assert untimed.pop() == estimated + 1
+    for ms, warmup_ms, estimated, warm in ((60, 1, 3, range(1)), (2, 1, 6, range(1)), (2, 100, 6, range(30, 45))):
+        bench(lambda: time.sleep(ms / 1e3), "cpu", warmup_ms, 1, 1, 1, rel_ci=None, mark=untimed.append)
+        assert untimed.pop() - estimated in warm
 
 
 def _small_relu():

@@ -43,7 +43,7 @@ def _outer(request: dict, log: int, req_r: int, res_w: int) -> None:
         tempfile.tempdir = None  # found again from the child's TMPDIR
         random.seed()  # children would otherwise share one sequence
         spawn.prepare_child(Limits(**request["limits"]), request["cap_address_space"],
-                              set(request["cores"]) if request["cores"] else None)
+                              set(request["cores"]) if request["cores"] else None, request["nice"])
         run = lambda: _child(req_r, res_w)  # noqa: E731
         if request["jail"] is None:
             run()

@@ -49,10 +49,10 @@ def _estimate_ms(fn: Callable, sync: Callable, untimed: Callable[[], None]) -> f
     """What one rep costs, its fill of fresh inputs included: the median of 5 after one more, or of fewer (at
     least 2) once they add up to _ESTIMATE_MS. The warmup and rep budgets are spent on both (a fill can cost more
     than a fast kernel). The first fill pays one-off costs, and on this VM one call in a few stalls for tens of
-    ms: in a mean of 3 they left a 1 s budget 11 reps, in rounds of one. With the default budgets a call of 100 ms
-    and more gets one warmup call and min_reps reps whatever it is estimated at: 6 calls of the 137 ms conv1d
-    repair were 0.8 s of its timing stage on the H100. Each call gets fresh inputs like the timed ones, so a cache
-    cannot shorten the estimate."""
+    ms: in a mean of 3 they left a 1 s budget 11 reps, in rounds of one. Its calls are warmup calls too: with the
+    default budgets a call of 25 ms and more gets no other and min_reps reps whatever it is estimated at (6 calls
+    of the 137 ms conv1d repair were 0.8 s of its timing stage on the H100). Each call gets fresh inputs like the
+    timed ones, so a cache cannot shorten the estimate."""
     untimed()
     fn()
     sync()
@@ -244,7 +244,7 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
           flush_l2: bool = True, mark: Callable[[int], None] = _ignore, on_rep: Callable = _ignore,
           rel_ci: float | None = None, fresh: Callable[[int], None] = _ignore,
           pace: Callable[[Pace], bool] | None = None) -> list[float]:
-    """Per-call times in ms: warm up for warmup_ms, then repeat for about rep_ms (within [min_reps, max_reps]).
+    """Per-call times in ms: warm up for warmup_ms (the estimate's calls included), then repeat for about rep_ms (within [min_reps, max_reps]).
     With rel_ci, stop earlier, at the end of a round of ROUND reps, once at least _MIN_FOR_INTERVAL (and
     min_reps) were taken and the median's 95 % interval is within +-rel_ci of it: a steady kernel is timed in
     tens of reps instead of a second. With `pace`, rounds are made small enough for _PAIRS of them and the hook
@@ -265,8 +265,10 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
         untimed_calls += 1
         fresh(-untimed_calls)
 
+    began = time.perf_counter()
     estimate = _estimate_ms(fn, sync, untimed)
-    for _ in range(max(1, int(warmup_ms / estimate))):
+    warm_ms = warmup_ms - (time.perf_counter() - began) * 1e3  # the estimate's calls (fresh inputs, untimed) warm too
+    for _ in range(max(0, math.ceil(warm_ms / estimate))):
         untimed()
         fn()
     sync()

@@ -28,8 +28,10 @@ _BY_PID = {"kill": 62, "rt_sigqueueinfo": 129, "tgkill": 234, "rt_tgsigqueueinfo
 _SOCKET, _CONNECT, _SENDTO = 41, 42, 44
 # sendmsg/sendmmsg may carry an address where the filter cannot read it; io_uring could make and connect sockets
 # behind the filter's back. sched_setaffinity: on CPU a candidate is timed on the core its reference is timed on
-# (timing.cpu_cores) and may not move to a quieter one.
-_REFUSED = {"sendmsg": 46, "sendmmsg": 307, "io_uring_setup": 425, "sched_setaffinity": 203}
+# (timing.cpu_cores) and may not move to a quieter one. The priority calls: a compile runs below the children that
+# hold a GPU (batch.COMPILE_NICE) and no child may raise itself above them, nor take a real-time class.
+_REFUSED = {"sendmsg": 46, "sendmmsg": 307, "io_uring_setup": 425, "sched_setaffinity": 203, "setpriority": 141,
+            "sched_setparam": 142, "sched_setscheduler": 144, "sched_setattr": 314}
 _AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
 _AUDIT_ARCH_X86_64 = 0xC000003E
 _X32_BIT = 0x40000000
@@ -52,7 +54,7 @@ def _sockets(network: bool = False) -> list[bytes]:
     """After the syscall number is loaded: socket() of a family other than unix -> EACCES; connect() -> ENOENT
     (what finding no socket there says; the CUDA driver asks for an MPS daemon this way and goes on without
     one); sendto() with an address (both halves of the pointer checked), sendmsg, sendmmsg, io_uring_setup and
-    sched_setaffinity -> EACCES. With `network`: unix, IPv4 and IPv6 sockets, connect, sendto and
+    sched_setaffinity and the priority calls -> EACCES. With `network`: unix, IPv4 and IPv6 sockets, connect, sendto and
     sendmsg/sendmmsg are allowed; io_uring_setup is still refused (the profile child runs on a GPU)."""
     refuse_eacces, refuse_enoent = _op(_RET, _ERRNO | _EACCES), _op(_RET, _ERRNO | _ENOENT)
     if network:

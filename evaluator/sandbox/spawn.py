@@ -121,16 +121,16 @@ def start_children() -> None:
         forkserver.server(_server_env)
 
 
-def prepare_child(limits: Limits, cap_address_space: bool, cores: set[int] | None = None) -> None:
-    """Runs in the child before exec. CUDA reserves huge virtual ranges, so RLIMIT_AS only for CPU runs.
-    RLIMIT_CPU caps each process at the CPU seconds its wall budget could use on every core.
-    RLIMIT_FSIZE caps each file it writes at most at the disk quota (Python then gets EFBIG); RLIMIT_NPROC would
-    not bind root.
-    SIGINT is the polite stop (Python turns it into KeyboardInterrupt, and torch's build then removes its
-    lock file), so it must not be inherited as ignored; the child gets it too if kforge itself dies. `cores`:
-    where it and every thread and process it starts run (timing.cpu_cores)."""
+def prepare_child(limits: Limits, cap_address_space: bool, cores: set[int] | None = None, nice: int = 0) -> None:
+    """Runs in the child before exec. CUDA reserves huge virtual ranges, so RLIMIT_AS only for CPU runs. RLIMIT_CPU
+    caps each process at the CPU seconds its wall budget could use on every core. RLIMIT_FSIZE caps each file it
+    writes at most at the disk quota (Python then gets EFBIG); RLIMIT_NPROC would not bind root. SIGINT is the
+    polite stop (Python turns it into KeyboardInterrupt, and torch's build then removes its lock file), so it must
+    not be inherited as ignored; the child gets it too if kforge itself dies. `cores`: where it and every thread
+    and process it starts run (timing.cpu_cores); `nice`: how far they yield the CPU to kforge's other children."""
     if cores:
         os.sched_setaffinity(0, cores)
+    os.nice(nice)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGINT, 0, 0, 0)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -144,7 +144,7 @@ def prepare_child(limits: Limits, cap_address_space: bool, cores: set[int] | Non
 
 
 def run_tool(cmd: list[str], workdir: Path, spec: dict, limits: Limits, log: Path, stop: threading.Event,
-             cores: set[int] | None = None) -> int | None:
+             cores: set[int] | None = None, nice: int = 0) -> int | None:
     """A program kforge trusts (the compiler of a precompiled header) run on input a candidate chose (flags read
     from its source): in the jail and under the children's seccomp filter, writing only `workdir`. Its exit
     status, or None when it ran out of time or the batch was stopped (it is killed, and its namespace with it)."""
@@ -154,7 +154,7 @@ def run_tool(cmd: list[str], workdir: Path, spec: dict, limits: Limits, log: Pat
         proc = subprocess.Popen(jailed(spec, confined, group, said), cwd=workdir,
                                 env=scrubbed_env(workdir, workdir, secrets.token_hex(16)), stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=lambda: prepare_child(limits, cap_address_space=False, cores=cores))
+                                preexec_fn=lambda: prepare_child(limits, cap_address_space=False, cores=cores, nice=nice))
     deadline = time.monotonic() + limits.timeout_s
     try:
         while proc.poll() is None:
@@ -242,14 +242,14 @@ class Child:
     `wait_for`): the reference server answers comparisons, a candidate waits for each handoff to be judged.
     `on_message` runs in the reader thread for every message and may return a line to send back (a candidate's
     handoff is answered that way). `runner`: a trusted program the child is started under, inside the jail (the
-    profile child's ncu); `cores`: the CPUs it runs on; `fork`: from the fork server (else its own interpreter);
-    `idle_s`: how long it may go without a compiler running (a compile child). A jailed child is held to the disk
-    quota."""
+    profile child's ncu); `cores`: the CPUs it runs on; `nice`: its CPU priority below kforge's; `fork`: from the
+    fork server (else its own interpreter); `idle_s`: how long it may go without a compiler running (a compile
+    child). A jailed child is held to the disk quota."""
 
     def __init__(self, workdir: Path, build_dir: Path, limits: Limits, cap_address_space: bool,
                  stop: threading.Event | None = None, on_message: Callable[[dict], BaseModel | None] | None = None,
                  jail: dict | None = None, env: dict[str, str] | None = None, runner: list[str] | None = None,
-                 cores: set[int] | None = None, fork: bool = True, idle_s: float | None = None):
+                 cores: set[int] | None = None, fork: bool = True, idle_s: float | None = None, nice: int = 0):
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
@@ -263,14 +263,14 @@ class Child:
         with open(self.result.log_path, "wb") as log:
             self.proc = _forked({"cwd": str(workdir), "env": env, "jail": jail and _joining(jail, self.cgroup, said),
                                  "limits": limits.model_dump(), "cap_address_space": cap_address_space,
-                                 "cores": sorted(cores or [])}, [log.fileno(), req_r, res_w]) \
+                                 "cores": sorted(cores or []), "nice": nice}, [log.fileno(), req_r, res_w]) \
                 if runner is None and fork and forkserver.enabled() else None
             if self.proc is None:
                 self.proc = subprocess.Popen(
                     jailed(jail, [*(runner or []), sys.executable, "-m", "evaluator.child.main", str(req_r), str(res_w)],
                             self.cgroup, said), cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, pass_fds=(req_r, res_w), start_new_session=True,
-                    preexec_fn=lambda: prepare_child(limits, cap_address_space, cores),
+                    preexec_fn=lambda: prepare_child(limits, cap_address_space, cores, nice),
                 )
         os.close(req_r)
         os.close(res_w)
