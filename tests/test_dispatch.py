@@ -192,3 +192,20 @@ def test_problems_are_placed_by_the_work_left_and_opened_by_each_gpus_own_memory
         problems.finished_one(a)
     assert not problems.is_open(a) and a.sha256 not in problems.placed
     problems.close_all()
+
+
+def test_every_gpu_keeps_its_own_spare_references_loading(batch):
+    """Spares are bounded per GPU, not for all GPUs together: while one GPU still has many candidates of its
+    problem to judge, the problems waiting are not all placed (and loaded) on the other, which would leave the
+    first with no reference loaded once it is through."""
+    batch.gpus = ["0", "1"]
+    busy, *waiting = (resolve_problem(n) for n in ("relu", "softmax", "matmul", "layernorm", "conv1d", "mlp", "avg_pool_1d"))
+    problems = OpenProblems(batch, [busy] * 6 + waiting)
+    assert problems.gpu_of(busy, ["1"]) == "1"
+    problems.spare(waiting)
+    spared = [(c.problem.name, c.gpu) for c in batch.children]
+    assert spared == [("softmax", "0"), ("matmul", "0"), ("layernorm", "1"), ("conv1d", "1")]
+    problems.server(resolve_problem("layernorm"), "1")  # opens on its GPU, taking its spare
+    problems.spare(waiting)
+    assert [(c.problem.name, c.gpu) for c in batch.children[len(spared):]] == [("mlp", "1")]
+    problems.close_all()

@@ -193,7 +193,7 @@ class OpenProblems:
     """Which problems have a reference server, on which GPUs, and how many of each problem's candidates are still
     to be judged. A problem is placed on a GPU when its first child is about to start (a spare reference, a
     candidate loaded ahead, its admission): the GPU with the fewest candidates still to be judged among the
-    problems placed there. The dispatcher may serve it on more GPUs (`extend`), where they would otherwise idle.
+    problems placed there (for a spare, among the GPUs short of spares). The dispatcher may serve it on more GPUs (`extend`), where they would otherwise idle.
     On each GPU that serves it the problem has its own reference, timed there, and comparer, holding its expected
     outputs there; a candidate runs on one of them, so outputs never cross devices, and its children make their
     CUDA context there before they hold it (child._warm_cuda). A problem opens on a GPU while the comparers open
@@ -294,20 +294,28 @@ class OpenProblems:
 
     def spare(self, waiting: list[Problem]) -> None:
         """Start the reference children of problems waiting to open (CUDA only), in the order given, up to
-        _SPARES_PER_DEVICE: their interpreter, torch and FLOP counter load (~7 s on the H100 host) before the
-        problem's turn, which came only after the problem before it closed where memory let one problem open at
-        a time, or after its first candidate's compile. A spare holds no device memory: it touches CUDA only
-        after its request."""
+        _SPARES_PER_DEVICE on each GPU: their interpreter, torch and FLOP counter load (~7 s on the H100 host)
+        before the problem's turn, which came only after the problem before it closed where memory let one
+        problem open at a time, or after its first candidate's compile. A spare holds no device memory: it
+        touches CUDA only after its request. A problem not yet placed goes where spares are short, so every GPU
+        has its next references loading: with one bound for all GPUs, the GPU that ran through its work first
+        found none (13 of 100 warm level-1 references on the second of two H200s started only once it was idle)."""
         for problem in waiting:  # called by the dispatcher's thread alone
             with self._lock:
-                if len(self.spares) >= _SPARES_PER_DEVICE * len(self.batch.gpus):
-                    return
                 if problem.sha256 in self.spares or self._keys_of(problem):
                     continue
-                gpu = self._place(problem)
+                short = [gpu for gpu in self.batch.gpus if self._spared_on(gpu) < _SPARES_PER_DEVICE]
+                if not short:
+                    return
+                gpu = self._place(problem, short)
+                if gpu not in short:  # placed before, where the spares are full
+                    continue
             child = _spawn(self.batch, problem, gpu)  # outside the lock: runners judging meanwhile need it
             with self._lock:
                 self.spares[problem.sha256] = child
+
+    def _spared_on(self, gpu: str | None) -> int:
+        return sum(self.placed.get(sha, [None])[0] == gpu for sha in self.spares)
 
     def expect(self, problem: Problem) -> None:
         """One more candidate of the problem to judge (it arrived while the batch ran)."""
