@@ -6,7 +6,8 @@ next (the first from the request), named for the message that ends it ("stage:ti
 "ready"). Steps count only while a device was held (any device: meant for a batch on one GPU), so the loads that run
 beside another candidate's hold do not show. `hold_parts_s` splits each hold, on any number of GPUs, into the
 reference's wait for quiet and its timing, the candidate's stages and its exit, each child placed on the device its
-gate gave it; `load_s`: children's loads (spawn to `loaded`), which run outside the holds.
+gate gave it; `load_s`: children's loads (spawn to `loaded`), which run outside the holds; per device its time held
+and its gaps between holds; `references`: how many reference children a device waited for to load.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class Trace:
         out = {"wall_s": round(end - start, 2), "devices": {
             device: {"held_fraction": round(sum(b - a for a, b in spans) / max(end - start, 1e-9), 3),
                      "holds": len(spans), "median_hold_s": round(statistics.median(b - a for a, b in spans), 3),
-                     "joins": sum(op == "join" and on == device for _, op, on, _ in self.holds)}
+                     "joins": sum(op == "join" and on == device for _, op, on, _ in self.holds), **_gaps(spans)}
             for device, spans in intervals.items() if spans}}
         for role in ("reference", "candidate"):
             totals: dict[str, float] = defaultdict(float)
@@ -117,6 +118,7 @@ class Trace:
             top = sorted(totals.items(), key=lambda item: -item[1])[:15]
             out[f"{role}_steps_held_s"] = {name: round(seconds, 2) for name, seconds in top}
         out["hold_parts_s"], out["load_s"] = hold_parts(intervals, self.children), loads(self.children)
+        out["references"] = references(self.children)
         return out
 
 
@@ -168,6 +170,32 @@ def loads(children: list[dict]) -> dict:
         if spans:
             out[role] = round(statistics.median(spans), 3)
     return out
+
+
+def _gaps(spans: list[tuple[float, float]]) -> dict:
+    """A device's time held, and its idle time between holds: in all, and in gaps of more than 0.3 s (a child's
+    load or more, which nothing had started ahead)."""
+    spans = sorted(spans)
+    gaps = [b[0] - a[1] for a, b in zip(spans, spans[1:])]
+    return {"held_s": round(sum(b - a for a, b in spans), 1), "gaps_s": round(sum(gaps), 1),
+            "gaps_over_0_3_s": sum(g > 0.3 for g in gaps)}
+
+
+def references(children: list[dict]) -> dict:
+    """Reference children per device whose request went out within 50 ms of their `loaded`: the device waited for
+    their load (a spare started ahead loads long before its problem's turn); and spares never asked (started for a
+    problem that then ran elsewhere)."""
+    awaited: dict[str, int] = defaultdict(int)
+    unused = 0
+    for child in children:
+        if "/ref/" not in child["dir"]:
+            continue
+        loaded = _first(child, "loaded")
+        if not child["started"] or child["started"] < child["spawned"]:
+            unused += 1
+        elif loaded is not None and child["started"] - loaded < 0.05:
+            awaited[str(child.get("gpu"))] += 1
+    return {"awaited_load": dict(awaited), "never_asked": unused}
 
 
 def _overlap(a: float, b: float, spans: list[tuple[float, float]]) -> float:
