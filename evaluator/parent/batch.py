@@ -288,10 +288,13 @@ class Hold:
 
     def __call__(self, want: str | None = None) -> str | None:
         if not self.held:
-            self.device, self.held = self.batch.take_device(want, joined=self.beside), True
+            self._taken(self.batch.take_device(want, joined=self.beside))
             self.beside = False
-            self.waited_s += self.batch.device_wait_s(self.device)
         return self.device
+
+    def _taken(self, device: str | None) -> None:
+        self.device, self.held = device, True
+        self.waited_s += self.batch.device_wait_s(device)
 
     def join(self, want: str | None, room: int) -> tuple[str | None, bool]:
         """The device for the untimed work of this candidate's reference (trusted: the problem's own code), which
@@ -300,8 +303,7 @@ class Hold:
         if self.held or want is None or self.batch.settings.device == "cpu":
             return self(want), False
         if self.batch.join(want, room):
-            self.device, self.held = want, True
-            self.waited_s += self.batch.device_wait_s(want)
+            self._taken(want)
         else:
             self.device, self.beside = want, True
         return want, self.beside
