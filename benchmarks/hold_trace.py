@@ -7,7 +7,7 @@ next (the first from the request), named for the message that ends it ("stage:ti
 beside another candidate's hold do not show. `hold_parts_s` splits each hold, on any number of GPUs, into the
 reference's wait for quiet and its timing, the candidate's stages and its exit, each child placed on the device its
 gate gave it; `load_s`: children's loads (spawn to `loaded`), which run outside the holds; per device its time held
-and its gaps between holds; `references`: how many reference children a device waited for to load.
+and its gaps between holds; `awaited_loads`: the children a device waited for to load.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class Trace:
             top = sorted(totals.items(), key=lambda item: -item[1])[:15]
             out[f"{role}_steps_held_s"] = {name: round(seconds, 2) for name, seconds in top}
         out["hold_parts_s"], out["load_s"] = hold_parts(intervals, self.children), loads(self.children)
-        out["references"] = references(self.children)
+        out["awaited_loads"] = awaited(self.children)
         return out
 
 
@@ -181,21 +181,22 @@ def _gaps(spans: list[tuple[float, float]]) -> dict:
             "gaps_over_0_3_s": sum(g > 0.3 for g in gaps)}
 
 
-def references(children: list[dict]) -> dict:
-    """Reference children per device whose request went out within 50 ms of their `loaded`: the device waited for
-    their load (a spare started ahead loads long before its problem's turn); and spares never asked (started for a
-    problem that then ran elsewhere)."""
-    awaited: dict[str, int] = defaultdict(int)
+def awaited(children: list[dict]) -> dict:
+    """Per device, the reference and candidate children whose request went out within 50 ms of their `loaded`: the
+    device waited for their load (a child started ahead loads long before its turn); and spare references never
+    asked (started for a problem that then ran elsewhere)."""
+    out: dict[str, dict[str, int]] = {"references": defaultdict(int), "candidates": defaultdict(int)}
     unused = 0
     for child in children:
-        if "/ref/" not in child["dir"]:
-            continue
+        reference = "/ref/" in child["dir"]
+        if not reference and not child["dir"].split("/")[-1].startswith("cand"):
+            continue  # a compile child, or introspection
         loaded = _first(child, "loaded")
-        if not child["started"] or child["started"] < child["spawned"]:
+        if reference and (not child["started"] or child["started"] < child["spawned"]):
             unused += 1
-        elif loaded is not None and child["started"] - loaded < 0.05:
-            awaited[str(child.get("gpu"))] += 1
-    return {"awaited_load": dict(awaited), "never_asked": unused}
+        elif loaded is not None and child["started"] and child["started"] - loaded < 0.05:
+            out["references" if reference else "candidates"][str(child.get("gpu"))] += 1
+    return {role: dict(counts) for role, counts in out.items()} | {"spares_never_asked": unused}
 
 
 def _overlap(a: float, b: float, spans: list[tuple[float, float]]) -> float:

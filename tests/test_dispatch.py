@@ -209,3 +209,26 @@ def test_every_gpu_keeps_its_own_spare_references_loading(batch):
     problems.spare(waiting)
     assert [(c.problem.name, c.gpu) for c in batch.children[len(spared):]] == [("mlp", "1")]
     problems.close_all()
+
+
+def test_every_gpu_has_its_next_candidate_loading(batch):
+    """AHEAD children per GPU, not for all GPUs together: when the next candidates in line are all for one GPU,
+    the other still gets its next one's child started (a problem not yet placed goes where none loads)."""
+    batch.gpus = ["0", "1"]
+    jobs = _jobs("relu", "relu", "softmax", "matmul")
+    loaded = []
+
+    def spawn(prep, gpu):
+        loaded.append((prep.job.problem.name, gpu))
+        return _Child(prep.job.problem, gpu)
+
+    dispatch, problems = _dispatcher(batch, jobs, _Runs(), None, spawn=spawn)
+    assert problems.gpu_of(resolve_problem("relu"), ["0"]) == "0" and problems.gpu_of(resolve_problem("softmax"), ["1"]) == "1"
+    dispatch._load_ahead()
+    assert loaded == [("relu", "0"), ("softmax", "1")][:AHEAD * 2] and AHEAD == 1
+    dispatch.ready = [(jobs[1], None), (jobs[3], None)]  # the first relu admitted on "0", softmax on "1"
+    del dispatch.ahead[id(jobs[0])], dispatch.ahead[id(jobs[2])]
+    dispatch._load_ahead()
+    assert loaded[2:] == [("relu", "0"), ("matmul", "1")]
+    dispatch.close()
+    problems.close_all()
