@@ -206,6 +206,12 @@ def world(tmp_path_factory, adversarial_build_root) -> dict:
                   "except LookupError:\n"
                   "    ESCAPED.append('the memory scan did not see the heap')\n"
                   f"attempt('find kforge\\'s secret in its own memory', lambda: scan({SECRET_HEAD.encode()!r}, {SECRET_TAIL.encode()!r}))",
+        "capabilities": "write('mine')  # its own file in its scratch: chown-ing it away needs CAP_CHOWN\n"
+                        "attempt('chown its own file', lambda: os.chown('mine', 12345, 12345))\n"
+                        "held = lambda: int(next(l for l in open('/proc/self/status') if l.startswith('CapEff')).split()[1], 16)\n"
+                        "attempt('hold a capability', lambda: [][0] if held() == 0 else None)\n"
+                        "if ESCAPED:  # also in the compile child, whose import is all it runs\n"
+                        "    raise RuntimeError(f'escaped: {sorted(set(ESCAPED))}')",
         "proc_opener": "for fd in glob.glob('/proc/*/fd/*'):\n"
                        "    try:\n"
                        "        os.close(os.open(fd, os.O_RDONLY | os.O_NONBLOCK))\n"
@@ -224,7 +230,8 @@ def world(tmp_path_factory, adversarial_build_root) -> dict:
     return {"verdicts": verdicts, "db": db, "targets": targets, "listeners": listeners, "wall_s": time.monotonic() - started}
 
 
-ATTACKS = ["writes", "reads_secret", "network", "sysctl", "db_hunter", "parent", "memory", "proc_opener", "daemon"]
+ATTACKS = ["writes", "reads_secret", "network", "sysctl", "db_hunter", "parent", "memory", "capabilities", "proc_opener",
+           "daemon"]
 
 
 @pytest.mark.slow

@@ -46,8 +46,9 @@ _PROFILE_SPEC = "KFORGE_PROFILE_SPEC"  # the profile jail's rules, for the targe
 NO_PROFILE_JAIL = 126  # the profile variant could not build its walls: nothing ran
 _MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x4000, 1 << 18, 2, 4, 8
 _SCRATCH_VIEW_SIZE = "4g"  # a candidate child's writes to its build dir (a rebuild, torch's lock): RAM, gone with it
-_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS = 1, 24, 38
+_PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 1, 24, 38, 47, 4
 _LAST_CAP = 63
+_CAPABILITY_VERSION_3 = 0x20080522  # capset's header: two 32-bit words per set
 
 _READ = AccessFS.READ_FILE | AccessFS.READ_DIR | AccessFS.EXECUTE
 _WRITE = _READ | AccessFS.WRITE_FILE | AccessFS.REMOVE_DIR | AccessFS.REMOVE_FILE | AccessFS.MAKE_DIR | \
@@ -136,16 +137,29 @@ def _chown_tree(top: str, user: dict) -> None:
         os.lchown(path, user["uid"], user["gid"])
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapSets(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
 def _become(spec: dict) -> str:
-    """Drop to the child uid (after the walls that need root are built): its effective and permitted
-    capabilities go with the change of uid."""
+    """Drop to the child uid (after the walls that need root are built), then hold no capability at all: the
+    emptied bounding set takes them only at an exec, and a child forked from the fork server never execs. A
+    root child kept every one (CAP_SYS_MODULE, CAP_SYS_BOOT, CAP_SYS_NICE...) before the sets were emptied here."""
     user = spec["identity"]
-    if "uid" not in user:
-        return user["said"]
-    os.setgroups([])
-    os.setgid(user["gid"])
-    os.setuid(user["uid"])
-    return f"on (uid {user['uid']})"
+    said = user.get("said", "")
+    if "uid" in user:
+        os.setgroups([])
+        os.setgid(user["gid"])
+        os.setuid(user["uid"])
+        said = f"on (uid {user['uid']})"
+    libc = _libc()
+    _check(libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing the ambient capabilities")
+    _check(libc.capset(ctypes.byref(_CapHeader(_CAPABILITY_VERSION_3, 0)), ctypes.byref((_CapSets * 2)())), "capset")
+    return said
 
 
 def _landlock(spec: dict) -> str:
