@@ -244,11 +244,12 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
           flush_l2: bool = True, mark: Callable[[int], None] = _ignore, on_rep: Callable = _ignore,
           rel_ci: float | None = None, fresh: Callable[[int], None] = _ignore,
           pace: Callable[[Pace], bool] | None = None) -> list[float]:
-    """Per-call times in ms: warm up for warmup_ms (the estimate's calls included), then repeat for about rep_ms (within [min_reps, max_reps]).
-    With rel_ci, stop earlier, at the end of a round of ROUND reps, once at least _MIN_FOR_INTERVAL (and
-    min_reps) were taken and the median's 95 % interval is within +-rel_ci of it: a steady kernel is timed in
-    tens of reps instead of a second. With `pace`, rounds are made small enough for _PAIRS of them and the hook
-    decides when to stop instead (the parent times the reference beside each round and watches the ratio).
+    """Per-call times in ms: warm up for warmup_ms (the estimate's calls included), then repeat for about rep_ms (within
+    [min_reps, max_reps]). With rel_ci, stop earlier, at the end of a round of ROUND reps, once at least
+    _MIN_FOR_INTERVAL (and min_reps) were taken and the median's 95 % interval is within +-rel_ci of it: a steady
+    kernel is timed in tens of reps instead of a second. With `pace`, rounds are made small enough for _PAIRS of
+    them and the hook decides when to stop instead (the parent times the reference beside each round and watches the
+    ratio).
 
     fresh(i) runs before every call, outside the timed region (on CUDA before the L2 flush): i >= 0 is timed
     rep i, a negative i an untimed call (estimate, warmup); the caller writes new input values there.

@@ -82,8 +82,8 @@ def require_layers(scratch: Path, mode: str) -> dict[str, str]:
 
 def child_identity(read: list[str], write: list[str]) -> dict:
     """Who the child runs as. Not root: kforge's own uid. Root: nobody (65534), if that uid can reach everything
-    the child must read (and the dirs it writes, which the jail hands to it); otherwise root without capabilities (evaluator.sandbox.jail._become),
-    and the reason is said (on the CPU machines Python lives under /root, mode 700)."""
+    the child must read (and the dirs it writes, which the jail hands to it); otherwise root without capabilities
+    (evaluator.sandbox.jail._become), and the reason is said (on the CPU machines Python lives under /root, mode 700)."""
     if os.geteuid() != 0:
         return {"said": f"on (uid {os.geteuid()}, kforge's own)"}
     need = {p: stat.S_IROTH | (stat.S_IXOTH if os.path.isdir(p) else 0) for p in read if os.path.exists(p)}

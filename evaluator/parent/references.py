@@ -190,16 +190,16 @@ class ReferenceServer:
 
 
 class OpenProblems:
-    """Which problems have a reference server, on which GPUs, and how many of each problem's candidates are still
-    to be judged. A problem is placed on a GPU when its first child is about to start (a spare reference, a
-    candidate loaded ahead, its admission): the GPU with the fewest candidates still to be judged among the
-    problems placed there (for a spare, among the GPUs short of spares). The dispatcher may serve it on more GPUs (`extend`), where they would otherwise idle.
-    On each GPU that serves it the problem has its own reference, timed there, and comparer, holding its expected
-    outputs there; a candidate runs on one of them, so outputs never cross devices, and its children make their
-    CUDA context there before they hold it (child._warm_cuda). A problem opens on a GPU while the comparers open
-    there hold, with what the new one is expected to hold, within _OPEN_SHARE of that device, and fewer than
-    _OPEN_PER_DEVICE are open there; the first on a device always opens. `sizes`: the bytes one call of a problem
-    moves, where known (evaluator.parent.flops)."""
+    """Which problems have a reference server, on which GPUs, and how many of each problem's candidates are still to be
+    judged. A problem is placed on a GPU when its first child is about to start (a spare reference, a candidate
+    loaded ahead, its admission): the GPU with the fewest candidates still to be judged among the problems placed
+    there (for a spare, among the GPUs short of spares). The dispatcher may serve it on more GPUs (`extend`), where
+    they would otherwise idle. On each GPU that serves it the problem has its own reference, timed there, and
+    comparer, holding its expected outputs there; a candidate runs on one of them, so outputs never cross devices,
+    and its children make their CUDA context there before they hold it (child._warm_cuda). A problem opens on a GPU
+    while the comparers open there hold, with what the new one is expected to hold, within _OPEN_SHARE of that
+    device, and fewer than _OPEN_PER_DEVICE are open there; the first on a device always opens. `sizes`: the bytes
+    one call of a problem moves, where known (evaluator.parent.flops)."""
 
     def __init__(self, batch: Batch, problems: list[Problem], sizes: Callable[[Problem], int | None] | None = None):
         self.batch, self.sizes = batch, sizes or (lambda problem: None)
@@ -299,7 +299,7 @@ class OpenProblems:
         problem open at a time, or after its first candidate's compile. A spare holds no device memory: it
         touches CUDA only after its request. A problem not yet placed goes where spares are short, so every GPU
         has its next references loading: with one bound for all GPUs, the GPU that ran through its work first
-        found none (13 of 100 warm level-1 references on the second of two H200s started only once it was idle)."""
+        found none (the second of two H200s waited for 21 of its references' loads in a warm level-1 batch)."""
         for problem in waiting:  # called by the dispatcher's thread alone
             with self._lock:
                 if problem.sha256 in self.spares or self._keys_of(problem):
