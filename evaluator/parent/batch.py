@@ -32,10 +32,11 @@ DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
 T = TypeVar("T")
 _REQUESTS = {"compile": CompileRequest, "candidate": CandidateRequest, "reference": ReferenceRequest}
 CLOSING_SHARE = 0.5  # of device memory: comparers still closing there, with what a new reference will hold (Batch.settle)
-# Compiles (and their compilers) run at this nice value: where they fill the cores, the scheduler favours the
-# children that hold a GPU and the parent's relay. The GPU waits on those, a compile's queue does not: on two H200s
-# with 10 compiles at a time a cold candidate's GPU hold was 4.7 % longer than a warm one's. It does not remove
-# that loss: at nice 10, two GPUs' cold holds still summed to 241.3 s against 228.2 warm (docs/benchmarks.md).
+# Compiles (and their compilers) run this far below the other children, by their cgroup's CPU weight and their
+# nice, the session's included (cgroups): where they fill the cores, the scheduler favours the children that hold
+# a GPU and the parent's relay. The GPU waits on those, a compile's queue does not. Every child has a session of
+# its own, in which the process's nice alone counted: with it alone, two H200s' cold holds summed to 241.3 s
+# against 228.2 warm (docs/benchmarks.md).
 COMPILE_NICE = 10
 BESIDE_SHARE = 0.75  # of device memory: in use, with what a reference beside a candidate's last stages will hold (Batch.join)
 

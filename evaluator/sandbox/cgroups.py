@@ -17,11 +17,15 @@ Which kind, the first that works on this machine (probed once per process; `kfor
   of the others (a wrong verdict for an honest candidate). The RSS watch and, on CPU, RLIMIT_AS (spawn.py)
   still bound memory; the PID namespace and the wall budget still end a fork bomb.
 The child joins its cgroups itself (evaluator/sandbox/jail.py, before anything else), so nothing it starts is outside.
+Where the kernel lends the cpu controller (v2: cpu.weight; v1: a writable cpu hierarchy, cpu.shares) each child's
+cgroup also carries its CPU weight: a compile's is a nice of batch.COMPILE_NICE below a judging child's, which no
+process inside can undo; elsewhere the nice, the session's included (lower_priority), is all there is.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import itertools
 import os
@@ -38,6 +42,7 @@ _FREEZE_WAIT_S = 0.2  # a freeze is asynchronous (v2's freezer and SIGSTOP alike
 _counter = itertools.count()
 COMPILE_PEAK_MB = 3_600  # one CUDA extension's compile (nvcc, cicc over torch's headers): 16 at once held 56.6 GB
 # of the H100 host's memory
+_AUTOGROUP_TRIES = 10  # x 20 ms: a session's nice, where the kernel is still rate-limiting such changes
 BATCH_RESERVE_MB = 8_192  # the rest of a batch beside its compiles: kforge, its waiting children (the bound measured on the H100 host)
 
 
@@ -102,12 +107,22 @@ def _v2_under(parent: Path, is_root: bool) -> Path:
     base = parent / f"kforge-{os.getpid()}"
     base.mkdir(exist_ok=True)
     (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in _CONTROLLERS))
+    for d in (parent, base):  # children's CPU weights (Cgroup.make), where the kernel lends the cpu controller
+        with contextlib.suppress(OSError):
+            (d / "cgroup.subtree_control").write_text("+cpu")
     return base
 
 
 def _v1_bases() -> dict[str, Path]:
-    """kforge's own cgroup in the v1 pids and memory hierarchies: v1 lets a cgroup with processes have children."""
-    return {c: _mount("cgroup", c) / _own_cgroup(c).lstrip("/") for c in _CONTROLLERS}
+    """kforge's own cgroup in the v1 pids and memory hierarchies (v1 lets a cgroup with processes have children),
+    and in the cpu hierarchy where kforge may make cgroups there (children's CPU weights)."""
+    bases = {c: _mount("cgroup", c) / _own_cgroup(c).lstrip("/") for c in _CONTROLLERS}
+    with contextlib.suppress(OSError):
+        cpu = _mount("cgroup", "cpu") / _own_cgroup("cpu").lstrip("/")
+        (cpu / f"kforge-probe-{os.getpid()}").mkdir()
+        (cpu / f"kforge-probe-{os.getpid()}").rmdir()
+        bases["cpu"] = cpu
+    return bases
 
 
 @functools.cache
@@ -136,7 +151,10 @@ class Cgroup:
         self.version, self.dirs, self.said = version, dirs, said
 
     @classmethod
-    def make(cls, where: _Layout, processes: int, memory_mb: int) -> Cgroup:
+    def make(cls, where: _Layout, processes: int, memory_mb: int, nice: int = 0) -> Cgroup:
+        """`nice`: the child's CPU weight against the other children's, as the kernel weighs a process's nice
+        (1.25x per step), where this machine's cgroups carry the cpu controller. Unlike a nice, or the session's
+        (lower_priority), the child cannot undo it."""
         name = f"child-{os.getpid()}-{next(_counter)}"
         dirs = {key: base / name for key, base in where.bases.items()}
         for d in dirs.values():
@@ -148,7 +166,11 @@ class Cgroup:
                                 ("memory.oom_group", 1)):
                 if (d / knob).exists():
                     (d / knob).write_text(str(value))
+            if nice and (d / "cpu.weight").exists():
+                (d / "cpu.weight").write_text(str(max(1, round(100 / 1.25 ** nice))))
         else:
+            if nice and "cpu" in dirs:
+                (dirs["cpu"] / "cpu.shares").write_text(str(max(2, round(1024 / 1.25 ** nice))))
             (dirs["pids"] / "pids.max").write_text(str(processes))
             (dirs["memory"] / "memory.limit_in_bytes").write_text(str(memory))
             if (dirs["memory"] / "memory.memsw.limit_in_bytes").exists():
@@ -300,13 +322,13 @@ def _rmdir(d: Path) -> bool:
     return True
 
 
-def for_child(processes: int, memory_mb: int) -> tuple[Cgroup | None, str]:
+def for_child(processes: int, memory_mb: int, nice: int = 0) -> tuple[Cgroup | None, str]:
     """A child's cgroup and what the layer says, or None and why not."""
     where = layout()
     if where.version == 0:
         return None, where.why
     try:
-        group = Cgroup.make(where, processes, memory_mb)
+        group = Cgroup.make(where, processes, memory_mb, nice)
     except OSError as exc:
         return None, f"off: could not make the child's cgroup: {exc}"
     return group, group.said
@@ -338,6 +360,31 @@ def compile_plan(requested: int | None, cores: int, device: str = "cuda") -> Com
     slots = min(wanted, held)
     return CompilePlan(slots, f"{slots} compile(s) at a time: {said}; memory for {held} "
                               f"({available / 1024:.0f} GB available, {COMPILE_PEAK_MB / 1000:.1f} GB each)")
+
+
+def lower_priority(nice: int) -> None:
+    """This process, and all it starts, `nice` below its parent. Every child is setsid'd, and where the kernel
+    schedules each session as one group (autogroup, sched(7)), a nice weighs only against the same session's
+    processes: the session's own nice is what yields the CPU to another child's session. Measured on this 2-core
+    VM with four CPU-bound processes in four sessions, three at nice 10: the fourth had 2.0 of 4 s of CPU with
+    the nice alone, 4.0 s with the sessions' nice set too."""
+    os.nice(nice)
+    if nice <= 0:
+        return
+    for _ in range(_AUTOGROUP_TRIES):
+        try:
+            fd = os.open("/proc/self/autogroup", os.O_WRONLY)
+        except OSError:
+            return  # no autogroups in this kernel: the nice alone orders the processes
+        try:
+            os.write(fd, str(min(19, nice)).encode())
+            return
+        except BlockingIOError:  # unprivileged, the kernel takes one change per 0.1 s on the whole machine
+            time.sleep(0.02)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
 
 
 # Tasks (processes and threads) one child needs: at rest ~40 (the interpreter, torch's pools, CUDA's threads), and
