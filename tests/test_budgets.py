@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -21,7 +19,6 @@ import pytest
 from evaluator import CandidateJob, EvalSettings, Status, evaluate
 from evaluator.sandbox import cgroups
 from evaluator.contracts import Limits
-from evaluator.parent.batch import COMPILE_NICE
 from evaluator.sandbox.budgets import COMPILER_IDLE_S, DISK_QUOTA_MB
 from reference_problems import resolve_problem
 from tests.conftest import ROOT, running
@@ -104,39 +101,3 @@ def test_a_batch_gives_its_children_their_share(monkeypatch, tmp_path):
     shutil.rmtree(batch.root)
     assert batch.settings.limits.memory_mb == 24_000 // (batch.compile_slots + 3)
     assert batch.settings.limits.timeout_s == Limits().timeout_s
-
-
-# Spins for 1.5 s on one core and prints its CPU seconds; argv[1] "undo": first sets its session's nice back to 0,
-# as any child may (it owns its /proc/self), 0.15 s in (unprivileged, one change per 0.1 s on the machine)
-SPIN = ("import os, resource, sys, time\ntime.sleep(0.15)\nif sys.argv[1] == 'undo':\n    try:\n"
-        "        os.write(os.open('/proc/self/autogroup', os.O_WRONLY), b'0')\n    except OSError:\n        pass\n"
-        "end = time.monotonic() + 1.5\nwhile time.monotonic() < end:\n    pass\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_utime)\n")
-
-
-def test_a_compiles_cgroup_yields_the_cpu_to_a_judging_childs_and_it_cannot_take_it_back():
-    """Every child is setsid'd, and where the kernel schedules each session as one group a process's nice counts
-    only within its session; a child can also reset its session's nice. Its cgroup's CPU weight it cannot undo:
-    on one core, a spinner in a compile's cgroup (COMPILE_NICE) that set its session's nice back to 0 gets at
-    most a third of what a spinner in a judging child's cgroup gets (the weights are 1 : 9.3)."""
-    if "cpu" not in cgroups.layout().bases and cgroups.layout().version != 2:
-        pytest.skip(f"no cpu controller kforge can use here ({cgroups.layout().why or 'cgroup v1 without a cpu hierarchy'})")
-    core = {min(os.sched_getaffinity(0))}
-    spinners = []
-    for nice, undo in ((COMPILE_NICE, "undo"), (0, "keep")):
-        group, said = cgroups.for_child(64, 256, nice)
-        assert group is not None, said
-
-        def join(group=group, nice=nice) -> None:  # as the jail and prepare_child do
-            for procs in group.procs:
-                Path(procs).write_text("0")
-            os.sched_setaffinity(0, core)
-            cgroups.lower_priority(nice)
-
-        proc = subprocess.Popen([sys.executable, "-c", SPIN, undo], preexec_fn=join, start_new_session=True,
-                                stdout=subprocess.PIPE, text=True)
-        spinners.append((proc, group))
-    (compiling, judging) = [float(proc.communicate(timeout=30)[0]) for proc, _ in spinners]
-    for _, group in spinners:
-        group.close()
-    assert judging > 3 * compiling, (judging, compiling)

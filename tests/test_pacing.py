@@ -147,8 +147,8 @@ def test_cpu_runs_are_timed_on_the_last_core_and_compiles_run_off_it_below_the_j
     """The same work in two fresh processes on two cores of this VM timed 0.73-1.38x, on one core 0.92-1.07x:
     every reference and candidate is timed on the timing cores, kforge's compiles run on the others, and the
     candidate cannot move itself off them (seccomp refuses sched_setaffinity). A compile runs COMPILE_NICE below
-    kforge, its session too (cgroups.lower_priority), and cannot raise its nice back (nor touch its cgroup's CPU
-    weight: test_budgets); the candidate's run does not yield."""
+    kforge, its session too (cgroups.lower_priority: every child is setsid'd), and cannot raise its nice back; the
+    candidate's run does not yield."""
     assert cpu_cores(1, {0, 1, 2, 3}) == ({3}, {0, 1, 2}) and cpu_cores(2, {0, 5}) == ({0, 5}, {0, 5})
     assert cpu_cores(1, {0}) == ({0}, {0})
     where = tmp_path / "where_am_i.py"

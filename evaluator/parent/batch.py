@@ -32,11 +32,11 @@ DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
 T = TypeVar("T")
 _REQUESTS = {"compile": CompileRequest, "candidate": CandidateRequest, "reference": ReferenceRequest}
 CLOSING_SHARE = 0.5  # of device memory: comparers still closing there, with what a new reference will hold (Batch.settle)
-# Compiles (and their compilers) run this far below the other children, by their cgroup's CPU weight and their
-# nice, the session's included (cgroups): where they fill the cores, the scheduler favours the children that hold
-# a GPU and the parent's relay. The GPU waits on those, a compile's queue does not. Every child has a session of
-# its own, in which the process's nice alone counted: with it alone, two H200s' cold holds summed to 241.3 s
-# against 228.2 warm (docs/benchmarks.md).
+# Compiles (and their compilers) run at this nice value, their session's too (cgroups.lower_priority): where they
+# fill the cores, the scheduler favours the children that hold a GPU and the parent's relay. The GPU waits on those,
+# a compile's queue does not. It does not remove what compiles cost two GPUs' judging: on two H200s their cold holds
+# summed to 241-249 s against 221-232 s warm or on one GPU, with compiles at a tenth of a judging child's CPU weight
+# too (docs/benchmarks.md): not CPU time taken from the judging.
 COMPILE_NICE = 10
 BESIDE_SHARE = 0.75  # of device memory: in use, with what a reference beside a candidate's last stages will hold (Batch.join)
 

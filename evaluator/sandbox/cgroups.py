@@ -17,15 +17,11 @@ Which kind, the first that works on this machine (probed once per process; `kfor
   of the others (a wrong verdict for an honest candidate). The RSS watch and, on CPU, RLIMIT_AS (spawn.py)
   still bound memory; the PID namespace and the wall budget still end a fork bomb.
 The child joins its cgroups itself (evaluator/sandbox/jail.py, before anything else), so nothing it starts is outside.
-Where the kernel lends the cpu controller (v2: cpu.weight; v1: a writable cpu hierarchy, cpu.shares) each child's
-cgroup also carries its CPU weight: a compile's is a nice of batch.COMPILE_NICE below a judging child's, which no
-process inside can undo; elsewhere the nice, the session's included (lower_priority), is all there is.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
 import itertools
 import os
@@ -107,22 +103,12 @@ def _v2_under(parent: Path, is_root: bool) -> Path:
     base = parent / f"kforge-{os.getpid()}"
     base.mkdir(exist_ok=True)
     (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in _CONTROLLERS))
-    for d in (parent, base):  # children's CPU weights (Cgroup.make), where the kernel lends the cpu controller
-        with contextlib.suppress(OSError):
-            (d / "cgroup.subtree_control").write_text("+cpu")
     return base
 
 
 def _v1_bases() -> dict[str, Path]:
-    """kforge's own cgroup in the v1 pids and memory hierarchies (v1 lets a cgroup with processes have children),
-    and in the cpu hierarchy where kforge may make cgroups there (children's CPU weights)."""
-    bases = {c: _mount("cgroup", c) / _own_cgroup(c).lstrip("/") for c in _CONTROLLERS}
-    with contextlib.suppress(OSError):
-        cpu = _mount("cgroup", "cpu") / _own_cgroup("cpu").lstrip("/")
-        (cpu / f"kforge-probe-{os.getpid()}").mkdir()
-        (cpu / f"kforge-probe-{os.getpid()}").rmdir()
-        bases["cpu"] = cpu
-    return bases
+    """kforge's own cgroup in the v1 pids and memory hierarchies: v1 lets a cgroup with processes have children."""
+    return {c: _mount("cgroup", c) / _own_cgroup(c).lstrip("/") for c in _CONTROLLERS}
 
 
 @functools.cache
@@ -151,10 +137,7 @@ class Cgroup:
         self.version, self.dirs, self.said = version, dirs, said
 
     @classmethod
-    def make(cls, where: _Layout, processes: int, memory_mb: int, nice: int = 0) -> Cgroup:
-        """`nice`: the child's CPU weight against the other children's, as the kernel weighs a process's nice
-        (1.25x per step), where this machine's cgroups carry the cpu controller. Unlike a nice, or the session's
-        (lower_priority), the child cannot undo it."""
+    def make(cls, where: _Layout, processes: int, memory_mb: int) -> Cgroup:
         name = f"child-{os.getpid()}-{next(_counter)}"
         dirs = {key: base / name for key, base in where.bases.items()}
         for d in dirs.values():
@@ -166,11 +149,7 @@ class Cgroup:
                                 ("memory.oom_group", 1)):
                 if (d / knob).exists():
                     (d / knob).write_text(str(value))
-            if nice and (d / "cpu.weight").exists():
-                (d / "cpu.weight").write_text(str(max(1, round(100 / 1.25 ** nice))))
         else:
-            if nice and "cpu" in dirs:
-                (dirs["cpu"] / "cpu.shares").write_text(str(max(2, round(1024 / 1.25 ** nice))))
             (dirs["pids"] / "pids.max").write_text(str(processes))
             (dirs["memory"] / "memory.limit_in_bytes").write_text(str(memory))
             if (dirs["memory"] / "memory.memsw.limit_in_bytes").exists():
@@ -322,13 +301,13 @@ def _rmdir(d: Path) -> bool:
     return True
 
 
-def for_child(processes: int, memory_mb: int, nice: int = 0) -> tuple[Cgroup | None, str]:
+def for_child(processes: int, memory_mb: int) -> tuple[Cgroup | None, str]:
     """A child's cgroup and what the layer says, or None and why not."""
     where = layout()
     if where.version == 0:
         return None, where.why
     try:
-        group = Cgroup.make(where, processes, memory_mb, nice)
+        group = Cgroup.make(where, processes, memory_mb)
     except OSError as exc:
         return None, f"off: could not make the child's cgroup: {exc}"
     return group, group.said
@@ -367,7 +346,8 @@ def lower_priority(nice: int) -> None:
     schedules each session as one group (autogroup, sched(7)), a nice weighs only against the same session's
     processes: the session's own nice is what yields the CPU to another child's session. Measured on this 2-core
     VM with four CPU-bound processes in four sessions, three at nice 10: the fourth had 2.0 of 4 s of CPU with
-    the nice alone, 4.0 s with the sessions' nice set too."""
+    the nice alone, 4.0 s with the sessions' nice set too. An order for honest compiles, not a wall: a child may
+    set its session's nice back (its /proc/self is its own), which costs the others CPU time, never a verdict."""
     os.nice(nice)
     if nice <= 0:
         return

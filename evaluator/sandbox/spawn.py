@@ -149,7 +149,7 @@ def run_tool(cmd: list[str], workdir: Path, spec: dict, limits: Limits, log: Pat
     from its source): in the jail and under the children's seccomp filter, writing only `workdir`. Its exit
     status, or None when it ran out of time or the batch was stopped (it is killed, and its namespace with it)."""
     confined = [sys.executable, str(ROOT / "evaluator" / "sandbox" / "seccomp.py"), *cmd]
-    group, said = cgroups.for_child(limits.processes, limits.memory_mb, nice)
+    group, said = cgroups.for_child(limits.processes, limits.memory_mb)
     with open(log, "ab") as out:
         proc = subprocess.Popen(jailed(spec, confined, group, said), cwd=workdir,
                                 env=scrubbed_env(workdir, workdir, secrets.token_hex(16)), stdin=subprocess.DEVNULL,
@@ -258,7 +258,7 @@ class Child:
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
         self.token = secrets.token_hex(_TOKEN_LEN // 2)
-        self.cgroup, said = cgroups.for_child(limits.processes, limits.memory_mb, nice) if jail else (None, "")
+        self.cgroup, said = cgroups.for_child(limits.processes, limits.memory_mb) if jail else (None, "")
         env = scrubbed_env(workdir, build_dir, self.token) | (env or {})
         with open(self.result.log_path, "wb") as log:
             self.proc = _forked({"cwd": str(workdir), "env": env, "jail": jail and _joining(jail, self.cgroup, said),
