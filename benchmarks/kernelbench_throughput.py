@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import hold_trace  # noqa: E402
 from evaluator import CandidateJob, EvalSettings, evaluate  # noqa: E402
 from evaluator.hardware import visible_gpus  # noqa: E402
+from evaluator.sandbox.spawn import start_children  # noqa: E402
 from reference_problems.registry import load_problem_file  # noqa: E402
 
 _CUDA = '''
@@ -264,6 +265,7 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=None, help="write each pass's device holds and child messages here "
                     "(FILE_<mode>.json) and report where the held time went")
     args = ap.parse_args()
+    start_children()  # as `kforge evaluate` does before its own work (judging/judge.py): beside writing the candidates
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")  # compiles at once, headers
     scratch = Path(tempfile.mkdtemp(prefix="kb-throughput-"))
     scratch.chmod(0o711)  # the build root inside: the jailed compiler of the precompiled header runs as another uid
