@@ -12,7 +12,8 @@ seconds per candidate per GPU after it, the CPU kforge's own process used (a sha
 one interpreter), statuses, median seconds per stage,
 each GPU's busy fraction and the batch's idle fraction (samples where any of its GPUs was idle: nvidia-smi every
 0.5 s), peak GPU memory, how many candidates each GPU ran, peak host memory used (MemTotal - MemAvailable,
-which counts tmpfs and shared memory) above the baseline, and the peak summed RSS of kforge's processes.
+which counts tmpfs and shared memory) above the baseline, the peak summed RSS of kforge's processes, and the
+cores' mean clock (/proc/cpuinfo; a VM may show a fixed one) and busy share (median, 10th and 90th percentile).
 Progress (one line per verdict) goes to stderr.
 """
 
@@ -130,13 +131,16 @@ def write_candidates(kernelbench: Path, level: int, ids: set[int] | None, out: P
 
 
 class Sampler:
-    """Host memory used (above the start), kforge's summed RSS, and GPU memory/utilisation, every 0.5 s."""
+    """Host memory used (above the start), kforge's summed RSS, GPU memory/utilisation, and the cores' mean clock
+    and busy share (whether compiles beside the judging cost it clock), every 0.5 s."""
 
     def __init__(self, device: str, gpus: list[str]):
         self.device, self.gpus, self.stop = device, gpus, threading.Event()
         self.base = self._used()
         self.host_peak = self.rss_peak = self.gpu_mem_peak = 0
         self.gpu_samples: list[dict[str, int]] = []  # per sample: utilisation of each GPU of the batch
+        self.cpu_samples: list[tuple[float, float]] = []  # per sample: the cores' mean MHz, their busy share
+        self.cpu_times = self._cpu_times()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
@@ -164,6 +168,19 @@ class Sampler:
             todo += children.get(pid, [])
         return total
 
+    @staticmethod
+    def _cpu_times() -> tuple[int, int]:
+        """(busy, all) jiffies of every core together, from /proc/stat."""
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields) - fields[3] - fields[4], sum(fields)  # idle and iowait are not busy
+
+    def _cpu(self) -> None:
+        mhz = [float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("cpu MHz")]
+        (busy, total), (busy0, total0) = self._cpu_times(), self.cpu_times
+        self.cpu_times = (busy, total)
+        if mhz and total > total0:
+            self.cpu_samples.append((statistics.mean(mhz), (busy - busy0) / (total - total0)))
+
     def _gpu(self) -> None:
         if self.device != "cuda":
             return
@@ -179,6 +196,7 @@ class Sampler:
             self.host_peak = max(self.host_peak, self._used() - self.base)
             self.rss_peak = max(self.rss_peak, self._tree_rss(os.getpid()))
             self._gpu()
+            self._cpu()
 
     def __enter__(self) -> "Sampler":
         self.thread.start()
@@ -194,7 +212,18 @@ class Sampler:
         busy = {gpu: round(sum(sample[gpu] > 0 for sample in self.gpu_samples) / n, 3) for gpu in self.gpus} if n else None
         return {"host_used_peak_gb": round(self.host_peak / 1e9, 2), "kforge_rss_peak_gb": round(self.rss_peak / 1e9, 2),
                 "gpu_memory_peak_gb": round(self.gpu_mem_peak / 1e9, 2) if n else None,
-                "gpu_idle_fraction": None if idle is None else round(idle, 3), "gpu_busy_fraction": busy}
+                "gpu_idle_fraction": None if idle is None else round(idle, 3), "gpu_busy_fraction": busy,
+                "cpu_mhz": _spread([mhz for mhz, _ in self.cpu_samples]),
+                "cpu_busy_fraction": _spread([share for _, share in self.cpu_samples], 3)}
+
+
+def _spread(values: list[float], digits: int = 0) -> dict | None:
+    """Median and the 10th/90th percentiles of a pass's samples."""
+    if len(values) < 2:
+        return None
+    deciles = statistics.quantiles(values, n=10)
+    return {"median": round(statistics.median(values), digits), "p10": round(deciles[0], digits),
+            "p90": round(deciles[-1], digits)}
 
 
 def _own_cpu_s() -> float:
