@@ -38,7 +38,6 @@ _FREEZE_WAIT_S = 0.2  # a freeze is asynchronous (v2's freezer and SIGSTOP alike
 _counter = itertools.count()
 COMPILE_PEAK_MB = 3_600  # one CUDA extension's compile (nvcc, cicc over torch's headers): 16 at once held 56.6 GB
 # of the H100 host's memory
-_AUTOGROUP_TRIES = 10  # x 20 ms: a session's nice, where the kernel is still rate-limiting such changes
 BATCH_RESERVE_MB = 8_192  # the rest of a batch beside its compiles: kforge, its waiting children (the bound measured on the H100 host)
 
 
@@ -339,6 +338,9 @@ def compile_plan(requested: int | None, cores: int, device: str = "cuda") -> Com
     slots = min(wanted, held)
     return CompilePlan(slots, f"{slots} compile(s) at a time: {said}; memory for {held} "
                               f"({available / 1024:.0f} GB available, {COMPILE_PEAK_MB / 1000:.1f} GB each)")
+
+
+_AUTOGROUP_TRIES = 10  # x 20 ms: a session's nice, where the kernel is still rate-limiting such changes
 
 
 def lower_priority(nice: int) -> None:
