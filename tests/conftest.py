@@ -12,6 +12,8 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
+from evaluator.parent.jail_spec import EXTRA_READ_VAR
+
 POSTGRES_ENV = "KFORGE_TEST_POSTGRES_URL"
 
 
@@ -76,6 +78,11 @@ class ModelNew(torch.nn.Module):
 # -- evaluator fixtures: one build cache per test run, so a candidate file is compiled once whoever evaluates it -
 
 ROOT = Path(__file__).resolve().parent.parent
+# Jailed children read only the checkout's code, and what this names: the compiled kernel the adversarial
+# candidates share (they import it from tests/adversarial), and the honest Triton candidate, whose source the
+# cache poisoner reads to aim at its build.
+os.environ[EXTRA_READ_VAR] = os.pathsep.join([str(ROOT / "tests" / "adversarial"),
+                                              str(ROOT / "tests" / "candidates" / "triton" / "relu" / "honest.py")])
 SOLUTIONS = ROOT / "solutions"
 CANDIDATES = Path(__file__).parent / "candidates"
 

@@ -156,6 +156,7 @@ def world(tmp_path_factory, adversarial_build_root) -> dict:
     (base / ".kforge").mkdir()
     (base / ".kforge" / "secret").write_text("api-key")
     listeners = Listeners(base)
+    planted = ROOT / f".env.kforge-test-{os.getpid()}"  # a user's .env, or db, kept in the checkout
     targets = [base / "home_marker", Path(f"/tmp/kforge-escape-{os.getpid()}"), base / "db" / "planted",
                build_root / "poisoned", Path(f"/dev/shm/kforge-escape-{os.getpid()}"), Path(f"/var/tmp/kforge-escape-{os.getpid()}")]
     hostile = base / "hostile"
@@ -173,6 +174,9 @@ def world(tmp_path_factory, adversarial_build_root) -> dict:
                    f"attempt('datagram', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b'x', {listeners.dgram_path!r}))\n"
                    f"attempt('sendmsg', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendmsg([b'x'], [], 0, {listeners.dgram_path!r}))\n"
                    "attempt('netlink', lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))",
+        "reads_checkout": f"attempt('read an .env in the checkout', lambda: open({str(planted)!r}).read())\n"
+                          f"attempt('read the test suite', lambda: open({str(ROOT / 'tests' / 'test_sandbox.py')!r}).read())\n"
+                          f"attempt('read the pipeline', lambda: open({str(ROOT / 'pipeline' / '__init__.py')!r}).read())",
         "sysctl": "name = open('/proc/sys/kernel/hostname').read().strip()  # written back unchanged if it escapes\n"
                   "attempt('write /proc/sys', lambda: open('/proc/sys/kernel/hostname', 'w').write(name))",
         "db_hunter": f"for path in glob.glob({str(base / '**' / '*.db')!r}, recursive=True) + glob.glob('/root/.kforge/*.db'):\n"
@@ -223,14 +227,16 @@ def world(tmp_path_factory, adversarial_build_root) -> dict:
     settings = EvalSettings(device="cpu", size="small", trials=2, warmup_ms=5, rep_ms=20, leak_calls=2, jobs=2, build_root=build_root)
     relu = resolve_problem("relu")
     started = time.monotonic()
+    planted.write_text("OPENAI_API_KEY=sk-test")
     try:
         verdicts = {Path(v.solution_path).stem: v for v in evaluate([CandidateJob(path=p, problem=relu) for p in paths], settings)}
     finally:
         listeners.close()
+        planted.unlink()
     return {"verdicts": verdicts, "db": db, "targets": targets, "listeners": listeners, "wall_s": time.monotonic() - started}
 
 
-ATTACKS = ["writes", "reads_secret", "network", "sysctl", "db_hunter", "parent", "memory", "capabilities", "proc_opener",
+ATTACKS = ["writes", "reads_secret", "reads_checkout", "network", "sysctl", "db_hunter", "parent", "memory", "capabilities", "proc_opener",
            "daemon"]
 
 

@@ -21,21 +21,40 @@ _log = logging.getLogger(__name__)
 _SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/proc", "/sys", "/etc/ld.so.cache",
                 "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime", "/etc/passwd",
                 "/etc/group", "/etc/nsswitch.conf", "/run/nvidia-persistenced")
+# Of kforge's checkout, what children import; the rest (where a user may keep an .env, a db, other candidates)
+# they may list, not read.
+_CODE = ("evaluator", "reference_problems")
+# More folders or files every child may read (os.pathsep between them): modules candidates import from outside
+# their own file, e.g. a helper shared by several.
+EXTRA_READ_VAR = "KFORGE_CHILD_READ"
 _NOBODY = 65534
 
 
 def jail_spec(writable: list[Path], readable: list[Path], namespaces: bool = True, view: dict | None = None) -> dict:
     """The jail's file rules for one child: write only `writable` (its scratch) and, through the `view` of the
-    build cache (evaluator/parent/buildcache.py), its own build dir; read the system, Python, kforge and `readable` (its
-    problem and candidate files, the shared precompiled headers). Without `namespaces` it keeps kforge's PID
+    build cache (evaluator/parent/buildcache.py), its own build dir; read the system, Python, kforge's code,
+    `readable` (its problem and candidate files, the shared precompiled headers) and what EXTRA_READ_VAR names;
+    list the rest of the checkout. Without `namespaces` it keeps kforge's PID
     namespace (the trusted comparer on CUDA)."""
-    python = {sys.prefix, sys.base_prefix, sys.exec_prefix, *(p for p in sys.path if p and Path(p).is_dir())}
     cuda = [os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)]
-    read = {*_SYSTEM_READ, *python, *cuda, *map(str, readable)} - {os.getcwd()}  # sys.path may name the cwd
-    read = sorted(read | {str(ROOT)})
+    extra = [p for p in os.environ.get(EXTRA_READ_VAR, "").split(os.pathsep) if p]
+    read = {*_SYSTEM_READ, *_python(), *cuda, *map(str, readable), *(str(ROOT / p) for p in _CODE), *extra}
+    read = sorted(read - {os.getcwd()})  # sys.path may name the cwd
     write = [str(p) for p in writable]
-    return {"read": read, "write": write, "list": ["/dev"], "namespaces": namespaces, "view": view,
+    return {"read": read, "write": write, "list": ["/dev", str(ROOT)], "namespaces": namespaces, "view": view,
             "identity": child_identity(read, write + ([view["own"]] if view else []))}
+
+
+def _python() -> set[str]:
+    """Python and its packages: its prefixes (a virtualenv inside the checkout included) and sys.path, less the
+    entries inside the checkout that are not under a prefix (its root on PYTHONPATH, tests/ under pytest)."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    paths = {p for p in sys.path if p and Path(p).is_dir()}
+    return prefixes | {p for p in paths if not _inside(p, ROOT) or any(_inside(p, prefix) for prefix in prefixes)}
+
+
+def _inside(path: str, folder: Path | str) -> bool:
+    return Path(path).resolve().is_relative_to(Path(folder).resolve())
 
 
 _PROBE = ("import json, os, runpy; f = runpy.run_path(os.environ['KFORGE_CONFINE'])['forbid_touching_parent']; "
