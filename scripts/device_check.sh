@@ -6,8 +6,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
-if [ -d .whl ]; then  # a machine without pydantic/sqlalchemy: the wheels scripts/device_wheels.sh fetched, carried
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 1
+if [ -d .whl ]; then  # a machine without pydantic/sqlalchemy: the wheels scripts/device_wheels.sh fetched, carried;
+  # installed once per set of wheels, under a lock: two checks started at once would otherwise replace files the other imports
+  (flock 9; stamp=$(ls .whl | md5sum); [ "$(cat /tmp/site/.wheels 2>/dev/null)" = "$stamp" ] ||
+    { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl && echo "$stamp" > /tmp/site/.wheels; }
+  ) 9> /tmp/site.lock || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 fi
 if [ -d .dslwhl ]; then  # the CuTe DSL's and TileLang's wheels, carried in parts (scripts/device_dsl_wheels.sh)
