@@ -34,8 +34,8 @@ def jail_spec(writable: list[Path], readable: list[Path], namespaces: bool = Tru
     """The jail's file rules for one child: write only `writable` (its scratch) and, through the `view` of the
     build cache (evaluator/parent/buildcache.py), its own build dir; read the system, Python, kforge's code,
     `readable` (its problem and candidate files, the shared precompiled headers) and what EXTRA_READ_VAR names;
-    list the rest of the checkout. Without `namespaces` it keeps kforge's PID
-    namespace (the trusted comparer on CUDA)."""
+    list the rest of the checkout. Without `namespaces` it keeps kforge's PID namespace (the trusted comparer on
+    CUDA)."""
     cuda = [os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)]
     extra = [p for p in os.environ.get(EXTRA_READ_VAR, "").split(os.pathsep) if p]
     read = {*_SYSTEM_READ, *_python(), *cuda, *map(str, readable), *(str(ROOT / p) for p in _CODE), *extra}
