@@ -119,14 +119,15 @@ def cpu_settings(build_root):
 
 
 def kforge_runner(tmp_path: Path, build_root: Path, **env_extra: str):
-    """`python -m kforge ...` as a user runs it: its own HOME and db, the test run's build cache, no inherited
-    KFORGE_* settings. Calls assert the exit code (`expect`) and return the CompletedProcess."""
+    """`python -m kforge ...` as a user runs it: its own HOME and db, the test run's build cache and the helpers its
+    candidates read (EXTRA_READ_VAR), no other inherited KFORGE_* settings. Calls assert the exit code (`expect`) and
+    return the CompletedProcess."""
     import subprocess
     import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("KFORGE_")}
     env.update(HOME=str(tmp_path / "home"), KFORGE_BUILD_ROOT=str(build_root), KFORGE_DB=f"sqlite:///{tmp_path / 'k.db'}",
-               COLUMNS="200", **env_extra)
+               COLUMNS="200", **{EXTRA_READ_VAR: os.environ[EXTRA_READ_VAR]}, **env_extra)
 
     def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "kforge", *args], capture_output=True, text=True, env=env, timeout=900)
