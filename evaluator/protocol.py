@@ -80,12 +80,15 @@ class _SeededRequest(_RunRequest):
 class CandidateRequest(_SeededRequest):
     role: Literal["candidate"] = "candidate"
     candidate_path: str
+    # the ctl file of its forward exchange (evaluator.exchange), its .in beside it: where set, the parent times it
+    exchange: str | None = None
 
 
 class ReferenceRequest(_SeededRequest):
     role: Literal["reference"] = "reference"
     resident_bytes: int  # expected outputs the comparer keeps on the device; the rest are recomputed
     audit: bool = False  # run the trivial answers against the problem's check once ready
+    exchange: str | None = None  # its folder of forward exchanges: it fills its candidates' inputs and serves its own
 
 
 class IntrospectRequest(_Line):
@@ -168,6 +171,33 @@ class TimeBlock(_Line):
     reps: int = Field(gt=0)
 
 
+class Arm(_Line):
+    """To a forward server (evaluator.child.forward_server): make ready for call `arm` and wait for the parent's go;
+    `end`: no more calls."""
+
+    arm: int = 0
+    end: bool = False
+
+
+class Fill(_Line):
+    """To the comparer: write the inputs of call `label` into the exchange `name` of its folder, then mark it filled
+    (`seq`) in that exchange's ctl page."""
+
+    op: Literal["fill"] = "fill"
+    name: str
+    label: str
+    seq: int = Field(gt=0)
+
+
+class Call(_Line):
+    """To the comparer: fill its own exchange with call `label`'s inputs and serve that call of the reference as
+    the forward server `seq`."""
+
+    op: Literal["call"] = "call"
+    label: str
+    seq: int = Field(gt=0)
+
+
 class Compare(_Line):
     """To a comparer: judge one handed-over call against the expected outputs of `expected`."""
 
@@ -187,7 +217,7 @@ class Close(_Line):
     op: Literal["close"] = "close"
 
 
-ComparerOp = Annotated[Union[Compare, Audit, TimeBlock, Close], Field(discriminator="op")]
+ComparerOp = Annotated[Union[Compare, Audit, TimeBlock, Fill, Call, Close], Field(discriminator="op")]
 COMPARER_OP: TypeAdapter[ComparerOp] = TypeAdapter(ComparerOp)
 
 

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import torch
 
 from evaluator import hardware
-from evaluator.child import leaks, stages, timing, trials, watches
+from evaluator.child import forward_server, leaks, stages, timing, trials, watches
 from evaluator.protocol import CandidateRequest, Check, Go, LeakMark, Leaks, Outputs, Pace, Probe, Rep, Stage, Trials
 
 
@@ -142,7 +142,12 @@ def run(chan: stages.Channel, req: CandidateRequest, model, problem, watch: watc
     growth, calls = leaks.measure_growth(call, device, req.leak_calls, fastest, mark)
     chan.send(Leaks(growth=growth, calls=calls))
     check("leak")
-    if req.timing.enabled:
+    if req.timing.enabled and req.exchange:
+        chan.send(Stage(stage="serving"))  # timed by the parent from here on (evaluator.parent.trusted_timing)
+        ctl = Path(req.exchange)
+        forward_server.serve(requests, forward_server.Server(ctl, ctl.with_suffix(".in"), lambda given: model(*given)))
+        check("timing")
+    elif req.timing.enabled:
         changed = fresh.changed()  # by the leak check's calls: the fills below overwrite the inputs
         handed: set[str] = set()
 

@@ -3,9 +3,12 @@ seed a candidate will see, its baseline timings, then the comparer of the proble
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from evaluator.child import comparer, stages, trials
+from evaluator.child.fills import Fills
 from evaluator.protocol import Quiet, ReferenceRequest, Ready, Stage, Timing, Trials
 
 
@@ -38,7 +41,8 @@ def run_reference(chan: stages.Channel, req: ReferenceRequest, model, problem, r
             del compiled
     chan.send(Stage(stage="footprint"))
     stages.send_memory(chan, device)
-    judge = comparer.Comparer(expected, req.atol, req.rtol, timer)
+    fills = Fills(Path(req.exchange), problem, expected.seed_of, device) if req.exchange else None
+    judge = comparer.Comparer(expected, req.atol, req.rtol, timer, fills)
     audit = judge.audit() if req.audit else []
     chan.send(Stage(stage="serving"))
     chan.send(Ready(footprint=_footprint(device, expected), audit=audit))

@@ -84,7 +84,7 @@ class Batch:
             raise
 
     def jail(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
-             publish: bool = False) -> dict:
+             publish: bool = False, exchange: Path | None = None) -> dict:
         """The file rules of one child: its scratch writable; its problem and candidate files readable. A child
         of a candidate sees the build cache through its view (buildcache.py): it writes only its own build dir
         there, which the parent publishes from a compile child (`publish`), and reads the precompiled headers.
@@ -95,7 +95,9 @@ class Batch:
         if candidate is None:
             return jail_spec([workdir, build_dir], [problem.path, self.root], namespaces=self.settings.device != "cuda")
         view = buildcache.view(self.build_root, build_dir, workdir, keep=publish)
-        return jail_spec([workdir], [problem.path, candidate.resolve(), self.build_root / "pch"], view=view)
+        served = [exchange.with_suffix(".in")] if exchange else []  # its forward exchange: inputs read, ctl written
+        return jail_spec([workdir], [problem.path, candidate.resolve(), self.build_root / "pch", *served], view=view,
+                         write_files=[exchange] if exchange else None)
 
     def tool(self, scratch: Path) -> buildcache.Tool:
         """Runs a compiler in the jail, writing only `scratch` and reading the precompiled headers' folder (the
@@ -117,7 +119,16 @@ class Batch:
             return {}
         seeds = self.reference_seeds() if role == "reference" \
             else secrets.SystemRandom().sample(self.trial_seeds, len(self.trial_seeds))
+        if role == "candidate" and self.trusted_timing():  # its timed and verify inputs are the comparer's to make:
+            draw = secrets.SystemRandom().getrandbits  # it gets seeds of its own, for its leak check's inputs alone
+            return {"seeds": seeds, "timing_seed": draw(31), "verify_seed": draw(31)}
         return {"seeds": seeds, "timing_seed": self.timing_seed, "verify_seed": self.verify_seed}
+
+    def trusted_timing(self) -> bool:
+        """Whether the parent times candidates through forward exchanges (evaluator.parent.trusted_timing): on CPU,
+        with paired rounds."""
+        s = self.settings
+        return s.device == "cpu" and s.timing and s.paired
 
     def pairs(self, role: str = "candidate") -> int:
         """The fresh process pairs (reference, candidate) a correct candidate is timed in: on CPU with paired
@@ -146,7 +157,7 @@ class Batch:
 
     def spawn(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
               on_message: Callable[[dict], dict | None] | None = None, publish: bool = False,
-              gpu: str | None = None) -> Child:
+              gpu: str | None = None, exchange: Path | None = None) -> Child:
         """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request. On
         CPU a compile child (`publish`) runs off the timing cores, any other on them (it is spawned once the CPU
         is held, and its reference is timed beside it there). A child timed on CPU is its own interpreter, not
@@ -158,7 +169,7 @@ class Batch:
         timed_on_cpu = cpu and not publish
         warm = {WARM_GPU: gpu} if self._warms and gpu is not None and not publish else None
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
-                     jail=self.jail(workdir, build_dir, problem, candidate, publish),
+                     jail=self.jail(workdir, build_dir, problem, candidate, publish, exchange),
                      env=CPU_CHILD_ENV | self._interpreter(candidate) if timed_on_cpu else warm,
                      cores=self.cores[1 if publish else 0], fork=not timed_on_cpu,
                      idle_s=COMPILER_IDLE_S if publish else None, nice=COMPILE_NICE if publish else 0)

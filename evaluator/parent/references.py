@@ -18,12 +18,14 @@ from typing import Callable
 
 from pydantic import BaseModel
 
+from evaluator import exchange
 from evaluator.parent.batch import Batch
-from evaluator.contracts import EvaluatorError
+from evaluator.contracts import EvalSettings, EvaluatorError
 from evaluator.hardware import device_memory
 from evaluator.verdict.case import Reference, timings
 from evaluator.verdict.rules import ended_badly
 from evaluator.protocol import Close, Compare, Go, TimeBlock
+from evaluator.sandbox.results import ChildResult
 from evaluator.sandbox.spawn import Child
 from reference_problems import Problem
 
@@ -32,6 +34,7 @@ _RESIDENT_SHARE = 0.15  # of device memory: expected outputs one problem keeps r
 _OPEN_SHARE = 0.35  # of device memory: every open problem's comparer together
 _OPEN_PER_DEVICE = 4  # processes too: each CUDA process costs ~1 GB of host memory, whatever it holds
 _SPARES_PER_DEVICE = 2  # reference children started ahead of their problem's turn: no device memory until asked
+RUN_BASE_S, RUN_FACTOR = 20.0, 10.0  # a candidate's run budget: 20 s plus 10 times its reference's own run
 
 
 Join = Callable[[str | None, int], tuple[str | None, bool]]  # (GPU, bytes it will hold) -> (GPU, beside another?)
@@ -40,6 +43,13 @@ _log = logging.getLogger(__name__)
 
 class ReferenceFailed(Exception):
     """The problem's reference could not run: its candidates get `reference_error` with this cause."""
+
+
+def run_budget_s(settings: EvalSettings, ref: Reference) -> float:
+    """A candidate's run budget (load, trials, leak check, timing, probe), capped by the limit: a hang is a timeout
+    in about a minute on a small problem, not after the cap. It also bounds each of its requests to the comparer:
+    no answer may take longer than the run that waits for it."""
+    return min(settings.limits.timeout_s, RUN_BASE_S + RUN_FACTOR * ref.run_s)
 
 
 def _cause(server: "ReferenceServer") -> str:
@@ -60,6 +70,12 @@ def _workdir(batch: Batch, problem: Problem, gpu: str | None, pair: int = 0) -> 
     return batch.root / "ref" / f"{problem.sha256[:16]}-{gpu}-{pair}"
 
 
+def exchanges(batch: Batch, problem: Problem, gpu: str | None, pair: int = 0) -> Path:
+    """The folder of the forward exchanges (evaluator.exchange) of the problem's comparer on `gpu` for `pair`: its
+    own, through which its reference is timed, and one per candidate it times beside."""
+    return _workdir(batch, problem, gpu, pair) / "exchange"
+
+
 def _spawn(batch: Batch, problem: Problem, gpu: str | None, pair: int = 0) -> Child:
     workdir = _workdir(batch, problem, gpu, pair)
     return batch.spawn(workdir, workdir / "build", problem, gpu=gpu)
@@ -71,7 +87,9 @@ class ReferenceServer:
     one the gate gives), and returns its Reference or raises ReferenceFailed. `pair`: which of a CPU candidate's
     fresh process pairs it times beside (Batch.pairs); 0 is also the problem's comparer for everything else.
     `room`: the device memory it is expected to hold, with which it may start beside comparers still closing
-    there (Batch.settle); None: only once they are gone. It times its model only once they are gone."""
+    there (Batch.settle); None: only once they are gone. It times its model only once they are gone. A comparer
+    lost after it was ready (dead, or silent for a candidate's whole budget) is replaced on the same seeds, by the
+    next request or the next candidate, whichever comes first (`lost` says why until then)."""
 
     def __init__(self, batch: Batch, problem: Problem, audit: bool = False, child: Child | None = None,
                  gpu: str | None = None, pair: int = 0, room: int | None = None):
@@ -81,6 +99,7 @@ class ReferenceServer:
         self.gpu, self.pair = gpu, pair
         self.reference: Reference | None = None
         self.failure = ""
+        self.lost = ""
         self._lock = threading.Lock()
 
     def prestart(self) -> None:
@@ -96,7 +115,9 @@ class ReferenceServer:
         `take` holds it."""
         self.prestart()
         with self._lock:
-            if self.reference is None and not self.failure:
+            if self.lost and not self.failure:
+                self._replace(take, join)
+            elif self.reference is None and not self.failure:
                 self._run(take, join)
             if self.failure:
                 raise ReferenceFailed(self.failure)
@@ -105,7 +126,12 @@ class ReferenceServer:
     def _run(self, take: Callable[[str | None], str | None], join: Join | None = None) -> None:
         batch = self.batch
         budget = int(_RESIDENT_SHARE * device_memory(batch.settings.device))
-        request = batch.request("reference", self.problem, self.workdir / "out", resident_bytes=budget, audit=self.audit)
+        folder = None
+        if batch.trusted_timing():
+            folder = exchanges(batch, self.problem, self.gpu, self.pair)
+            exchange.create(folder, "reference")
+        request = batch.request("reference", self.problem, self.workdir / "out", resident_bytes=budget, audit=self.audit,
+                                exchange=str(folder) if folder else None)
         settled: list[float] = []
         joined: list[bool] = []
         self.child.on_message = lambda message: self._quiet(take, settled) if message.get("event") == "quiet" else None
@@ -128,6 +154,15 @@ class ReferenceServer:
                                    footprint=int(ready.get("footprint", 0)), audit=ready.get("audit") or [],
                                    run_s=ready["_t"] - result.started - sum(settled),
                                    stage_s=result.stage_seconds(until=ready["_t"]))
+
+    def _replace(self, take: Callable[[str | None], str | None], join: Join | None = None) -> None:
+        """A fresh comparer in place of the lost one: the same request, so the same seeds and expected outputs.
+        The problem's Reference stays the first run's (its timing and its candidates' budget): a replacement may
+        run beside the candidate whose request found the comparer lost. One that fails is the problem's failure."""
+        kept, self.lost = self.reference, ""
+        self.child = _spawn(self.batch, self.problem, self.gpu, self.pair)
+        self._run(take, join)
+        self.reference = kept
 
     def _enter(self, take: Callable[[str | None], str | None], join: Join | None, joined: list[bool]) -> str | None:
         """The device its request goes out with: joined where it may be (its untimed part), else taken; then
@@ -157,18 +192,43 @@ class ReferenceServer:
         return gpu
 
     def _ask(self, line: BaseModel, event: str, doing: str) -> dict | str:
-        """The comparer's `event` answer to one line, or why there is none: it is gone, or it died `doing` it."""
+        """The comparer's `event` answer to one line within the asking candidate's budget, or why there is none.
+        A comparer lost (dead, or silent that long) is replaced on the device the asking candidate holds and asked
+        once more while the budget lasts: a candidate whose request met a lost comparer is judged by the new one.
+        One killed through the candidate's own file (_shrunk) is not asked again: that error is the candidate's."""
         with self._lock:
             if self.failure or self.reference is None:
-                return f"kforge's comparer for '{self.problem.name}' is gone: {self.failure}"
-            since = len(self.child.result.messages)
-            self.child.send(line)
-            answer = self.child.wait_for(event, since)
-            if answer is None:
-                self.close()
-                self.failure = f"{_cause(self)} while {doing}"
-                return self.failure
-            return answer
+                return self._gone()
+            deadline = time.monotonic() + run_budget_s(self.batch.settings, self.reference)
+            for _ in range(2):
+                if self.lost and (self.batch.stop.is_set() or time.monotonic() >= deadline):
+                    return self.lost
+                if self.lost:
+                    self._replace(lambda want: self.gpu)
+                if self.failure:
+                    return self._gone()
+                if (left := deadline - time.monotonic()) <= 0:
+                    return f"kforge's comparer for '{self.problem.name}' was replaced only once the candidate's budget was spent"
+                answer = self._answer(line, event, doing, left)
+                if answer is not None or (answer := _shrunk(line, self.child.result)):
+                    return answer
+            return self.lost
+
+    def _gone(self) -> str:
+        return f"kforge's comparer for '{self.problem.name}' is gone: {self.failure}"
+
+    def _answer(self, line: BaseModel, event: str, doing: str, within_s: float) -> dict | None:
+        """One try: the answer, or None with the comparer stopped (without waiting: a stalled one reads no
+        `close`) and why it was lost in `lost`."""
+        since = len(self.child.result.messages)
+        self.child.send(line)
+        answer = self.child.wait_for(event, since, timeout_s=within_s)
+        if answer is None:
+            stalled = self.child.result.timed_out and not self.child.result.memory_exceeded
+            self.child.finish(wait=False)
+            said = f"kforge's comparer for '{self.problem.name}' gave no answer in {within_s:.0f} s" if stalled else _cause(self)
+            self.lost = f"{said} while {doing}"
+        return answer
 
     def compare(self, label: str, expected: str, trial: int, outputs: list[dict], path: Path | None) -> dict:
         """The comparer's answer on one handed-over call; an error entry if it cannot answer (it died)."""
@@ -187,6 +247,16 @@ class ReferenceServer:
         if self.child.proc.poll() is None:
             self.child.send(Close())
         self.child.finish()
+
+
+def _shrunk(line: BaseModel, result: ChildResult) -> dict | None:
+    """The candidate's error where the comparer was killed by SIGBUS reading a CPU output file: the file shrank
+    under its mapping (a thread of the candidate truncated it), and the harness never touches a file it handed
+    over. Else None: a death of kforge's side."""
+    if not (isinstance(line, Compare) and line.path and result.returncode == -signal.SIGBUS):
+        return None
+    return {"error": f"the outputs file {Path(line.path).name} shrank while the comparer read it (SIGBUS): it is "
+                     "not what was handed over"}
 
 
 class OpenProblems:

@@ -10,7 +10,10 @@ import logging
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
 from typing import Callable, Iterable, Iterator
+
+from evaluator import exchange
 
 from evaluator.parent.batch import BESIDE_SHARE, Batch, Hold, on_free_device
 from evaluator.parent.compiles import Prepared, compile_failure, compile_once, free, prepare
@@ -23,11 +26,12 @@ from evaluator.sandbox.gpumemory import ProcessMemory
 from evaluator.verdict.case import Outcome, Reference, harness_call
 from evaluator.verdict.pacing import Pacer
 from evaluator.protocol import Ack, Check, Go
-from evaluator.parent.references import OpenProblems, ReferenceFailed, ReferenceServer
+from evaluator.parent.references import OpenProblems, ReferenceFailed, ReferenceServer, exchanges
+from evaluator.parent.trusted_timing import TrustedTiming
 from evaluator.parent.stream import Arrivals, JobStream
 from evaluator.sandbox.results import Budget, ChildResult
 from evaluator.sandbox.spawn import Child
-from evaluator.child.trials import OUTPUT_SUFFIX
+from evaluator.child.trials import OUTPUT_SUFFIX, timed_rep
 from evaluator.parent.verdicts import Ran, judged
 
 _log = logging.getLogger(__name__)
@@ -60,7 +64,7 @@ def _opener(batch: Batch, take: Hold) -> Callable[[], None]:
 
 def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: dict[str, dict], pacer: Pacer,
            memory: ProcessMemory, waited: dict[str, float], checks: Checks, opened: Callable[[], None],
-           compared: Callable[[], None]):
+           compared: Callable[[], None], serve: Callable[[], None] | None = None):
     """The candidate child's handoffs, answered: each call's outputs go to the problem's comparer, the answer
     is kept for the judge (and the seconds it took in `waited`), and the child is told to go on. On CPU the
     raw-bytes file is removed once judged. Its paces go to the pacer, which times the reference beside its
@@ -73,6 +77,10 @@ def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: d
     probed: list[bool] = []
 
     def on_message(message: dict) -> Ack | Check | Go | None:
+        if serve is not None and message.get("event") == "stage" and message.get("stage") == "serving" and not probed:
+            probed.append(True)  # once: it ends the candidate's calls
+            serve()
+            return None
         if message.get("event") == "probe":
             if pacer.ended and "verify" in comparisons and batch.settings.device == "cuda" and not probed:
                 probed.append(True)
@@ -95,6 +103,9 @@ def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: d
         if probed:
             comparisons[label] = {"error": f"outputs for {label!r} handed over after the probe, which the harness sends last"}
             return Ack(ack=label)
+        if serve is not None and (timed_rep(label) is not None or label == "verify"):
+            comparisons[label] = {"error": f"outputs for {label!r} handed over by the candidate: kforge reads those itself"}
+            return Ack(ack=label)
         if not harness_call(label, server.reference.meta):  # nor a file name kforge would remove
             comparisons[label] = {"error": f"outputs for {label!r}, a call the harness never makes"}
             return Ack(ack=label)
@@ -111,9 +122,41 @@ def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: d
     return on_message
 
 
-def _spawn_candidate(batch: Batch, prep: Prepared, gpu: str | None) -> Child:
-    """The candidate's child, started (interpreter, jail, torch) for `gpu`, not yet told anything."""
-    return batch.spawn(prep.workdir, prep.build_dir, prep.job.problem, prep.candidate, gpu=gpu)
+def _exchange(batch: Batch, prep: Prepared, gpu: str | None, pair: int) -> tuple[Path, str] | None:
+    """Where the candidate's forward exchange for process pair `pair` lies (its comparer's folder, its name there),
+    where the parent times it (Batch.trusted_timing)."""
+    if not batch.trusted_timing():
+        return None
+    return exchanges(batch, prep.job.problem, gpu, pair), f"{prep.workdir.name}-{pair}"
+
+
+def _spawn_candidate(batch: Batch, prep: Prepared, gpu: str | None, pair: int = 0) -> Child:
+    """The candidate's child, started (interpreter, jail, torch) for `gpu`, not yet told anything; its forward
+    exchange made first, so its jail can name the two files."""
+    found = _exchange(batch, prep, gpu, pair)
+    ctl = exchange.create(*found)[0] if found else None
+    return batch.spawn(prep.workdir, prep.build_dir, prep.job.problem, prep.candidate, gpu=gpu, exchange=ctl)
+
+
+def _serve(batch: Batch, prep: Prepared, server: ReferenceServer, child: Child, pair: int, pacer: Pacer,
+           checks: Checks, comparisons: dict[str, dict]) -> Callable[[], None]:
+    """What the parent does when the candidate's child says it is serving: times it (evaluator.parent.trusted_timing)
+    beside its reference, then has the comparer judge the calls it drew and the verify call, from its own reads."""
+    def serve() -> None:
+        folder, name = _exchange(batch, prep, server.gpu, pair)
+        timer = TrustedTiming(server.child, child, folder, name, batch.settings, batch.settings.rep_ms / batch.pairs(),
+                              cores=batch.cores[1])
+        timer.done.paired = pacer.paired  # one record: a pace the candidate forged is named there too
+        done = timer.run(child.paused)
+        pacer.paired.timing, pacer.ended = done.timing, True
+        checks.asked += [*done.asked, *(["verify"] if "verify" in done.snapshots else [])]
+        for label, (metas, path) in done.snapshots.items():
+            comparisons[label] = server.compare(label, label, -1, metas, path)
+            path.unlink(missing_ok=True)
+        if done.failed and child.proc.poll() is None:  # it lives, yet its calls could not be timed or read
+            comparisons["verify"] = {"error": done.failed}
+            checks.asked.append("verify")
+    return serve
 
 
 def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: Prepared,
@@ -169,7 +212,8 @@ def _run_compiled(batch: Batch, problems: OpenProblems, prep: Prepared, take: Ho
     runs = [_run_pair(batch, problems, prep, take, child, gpu, 0, finished)]
     while len(runs) < batch.pairs() and isinstance(runs[-1], Ran) and not settings.interprets(text) \
             and _timed_correct(runs[-1].outcome(settings, prep.job.problem.meta, language=settings.language_of(text))):
-        runs.append(_run_pair(batch, problems, prep, take, _spawn_candidate(batch, prep, gpu), gpu, len(runs), finished))
+        runs.append(_run_pair(batch, problems, prep, take, _spawn_candidate(batch, prep, gpu, len(runs)), gpu, len(runs),
+                              finished))
     first, *more = runs
     if isinstance(first, Ran):  # a later pair whose reference failed where the first's ran: pool what ran
         first.more = [ran for ran in more if isinstance(ran, Ran)]
@@ -187,11 +231,13 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, 
     `finished`: this candidate is done with the problem (OpenProblems.finished_one, once)."""
     settings, problem = batch.settings, prep.job.problem
     server, comparisons, waited = problems.server(problem, gpu, pair), {}, {"comparer": 0.0, "comparer_work": 0.0, "comparer_recompute": 0.0}
-    pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired)
+    trusted = batch.trusted_timing()  # then the candidate paces nothing and is asked for no timed call's outputs
+    pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired and not trusted)
     memory = ProcessMemory(lambda: take.device if take.held and settings.device == "cuda" else None, child.proc.pid)
-    checks = Checks(settings.max_reps)
+    checks = Checks(0 if trusted else settings.max_reps)
+    serve = _serve(batch, prep, server, child, pair, pacer, checks, comparisons) if trusted else None
     child.on_message = _relay(batch, prep, server, comparisons, pacer, memory, waited, checks,  # it has sent only `loaded`
-                              _opener(batch, take), finished)
+                              _opener(batch, take), finished, serve)
     pacer.hold = child.paused  # the candidate's processes are stopped while its reference block runs
     waiting = time.monotonic()
     try:
@@ -212,7 +258,9 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, 
         beside.append(problems.held(gpu))
         return gpu
 
-    child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate), gate=gate)
+    found = _exchange(batch, prep, gpu, pair)
+    extra = {"exchange": str(exchange.paths(*found)[0])} if found else {}
+    child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate, **extra), gate=gate)
     return Ran(child.finish(), ref, budget, comparisons, pacer, memory, waited_s, waited, beside, checks=checks)
 
 

@@ -92,8 +92,17 @@ class Case:
 
     @functools.cached_property
     def timed(self) -> Timing | None:
-        """The candidate's timing message, read once; one that does not fit raises ValueError (the candidate wrote it)."""
+        """The candidate's timing: the parent's own where it timed the candidate (a timing message from the child is
+        then forged), else its child's message, read once; one that does not fit raises ValueError (the candidate
+        wrote it)."""
+        if self.trusted:
+            return self.paired.timing
         return self.result.read(Timing, which="model")
+
+    @property
+    def trusted(self) -> bool:
+        """Whether kforge's own process timed the candidate and read its timed outputs."""
+        return self.paired is not None and self.paired.timing is not None
 
     def judge_call(self, label: str, trial: int, what: str) -> Outcome | None:
         """The comparer's answer on one call; a call whose outputs were never handed over, or cannot be read

@@ -19,7 +19,7 @@ from typing import Callable
 
 from pydantic import ValidationError
 
-from evaluator.protocol import Go, Pace, misfits
+from evaluator.protocol import Go, Pace, Timing, misfits
 from evaluator.sandbox.cgroups import FreezeIncomplete
 from evaluator.statistics import paired_ratio, tight
 
@@ -41,6 +41,7 @@ class Paired:
     reference_wall_s: float = 0.0  # the parent's clock around the reference's blocks (requests and answers included)
     void: list[int] = field(default_factory=list)  # first reps of rounds whose candidate could not be stopped
     unfrozen: str = ""  # why the first void pair was void
+    timing: Timing | None = None  # the candidate's samples by the parent's own clock (evaluator.parent.trusted_timing)
 
     def matches(self, samples: list[float]) -> bool:
         """Whether the rounds are the samples the candidate reported, each with its block or void."""

@@ -51,6 +51,8 @@ def check_timing(case: Case) -> Outcome | None:
     median, found = summarize(model.samples, method_name(device)).median_ms, physical_floor(case.ref, case.meta, case.settings)
     if isinstance(found, Floor) and (cause := impossible(median, found)):
         return cheat(found.exploit, cause, "timing")
+    if case.trusted:  # the parent's clock made the samples: nothing of the child's to hold against it
+        return None
     start = result.arrival("stage", stage="timed")
     paused = case.paired.paused_s if case.paired else 0.0  # the loop waited while the parent timed the reference
     per_rep = case.paired.overhead_per_rep_s() if case.paired else None  # never the child's own fill total
@@ -67,6 +69,8 @@ def check_pairing(case: Case) -> Outcome | None:
         return None
     if paired.forged:
         return cheat("forged_messages", f"the result channel carried {paired.forged}", "timing")
+    if case.trusted and case.result.last("timing", which="model"):
+        return cheat("forged_messages", "the result channel carried timings, where kforge's own clock timed it", "timing")
     if case.settings.paired and not paired.failed and not paired.matches(model.samples):
         return cheat("forged_messages", "the timed samples are not the rounds the child reported while it was timed", "timing")
     return None

@@ -1,0 +1,82 @@
+"""The comparer's side of the forward exchanges (evaluator.exchange): it makes every timed call's inputs, for its
+own reference and for each candidate, from seeds only it holds, and writes them into that server's .in file just
+before the call. A candidate's process never holds a seed, a future input or the problem's input function's
+output before its call: a result precomputed at import has nothing to be computed from."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from evaluator import exchange
+from evaluator.child import timing, trials
+
+_T = torch._C.TensorBase
+
+
+def _layout(inputs: list) -> dict:
+    """Where each input goes in the .in file (page-aligned offsets from exchange.DATA), or its plain value."""
+    at, items = exchange.DATA, []
+    for value in inputs:
+        if not isinstance(value, torch.Tensor):
+            items.append({"value": value})
+            continue
+        nbytes = _T.numel(value) * _T.element_size(value)
+        items.append({"offset": at, "shape": list(_T.size(value)), "dtype": str(_T.dtype.__get__(value)).removeprefix("torch.")})
+        at += -(-nbytes // exchange.ALIGN) * exchange.ALIGN
+    return {"inputs": items, "size": at}
+
+
+class _In:
+    """One server's .in file as the comparer writes it."""
+
+    def __init__(self, path: Path):
+        self.path, self.page, self.size = path, None, 0
+
+    def fit(self, size: int) -> mmap.mmap:
+        """Mapped at `size` bytes at least; grown only where a call's inputs need more (a server remaps then)."""
+        if self.page is None or size > self.size:
+            fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW)
+            try:
+                self.size = max(size, os.fstat(fd).st_size)
+                os.ftruncate(fd, self.size)
+                self.page = mmap.mmap(fd, self.size, access=mmap.ACCESS_WRITE)
+            finally:
+                os.close(fd)
+        return self.page
+
+
+class Fills:
+    """Fills the exchanges of the comparer's folder: `fill(name, label)` writes call `label`'s inputs into
+    exchange `name` (CPU: after writing twice the largest cache, as every timed call starts cold)."""
+
+    def __init__(self, folder: Path, problem: ModuleType, seed_of, device: str):
+        self.folder, self.problem, self.seed_of, self.device = folder, problem, seed_of, device
+        self.files: dict[str, _In] = {}
+        self.ctls: dict[str, mmap.mmap] = {}
+        self._scrub = timing.cpu_flush_buffer() if device == "cpu" else None
+
+    def ctl(self, name: str) -> mmap.mmap:
+        if name not in self.ctls:
+            self.ctls[name] = exchange.map_file(exchange.paths(self.folder, name)[0], writable=True)
+        return self.ctls[name]
+
+    def fill(self, name: str, label: str) -> None:
+        if not name.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"no exchange is named {name!r}")
+        inputs = trials.make_inputs(self.problem, self.seed_of(label), self.device)
+        layout = _layout(inputs)
+        if name not in self.files:
+            self.files[name] = _In(exchange.paths(self.folder, name)[1])
+        page = self.files[name].fit(layout["size"])
+        if self._scrub is not None:
+            _T.add_(self._scrub, 1)
+        for item, value in zip(layout["inputs"], inputs):
+            if "offset" in item and _T.numel(value):
+                view = torch.frombuffer(page, dtype=_T.dtype.__get__(value), count=_T.numel(value), offset=item["offset"])
+                _T.copy_(view, _T.reshape(value, (-1,)))
+        exchange.write_layout(page, layout)

@@ -1,0 +1,93 @@
+"""A forward server: the one thing a timed child does with its model once the trusted side times it. Each call is
+rung by the parent (evaluator.parent.trusted_timing) over the exchange (evaluator.exchange): the inputs are the
+comparer's, mapped read-only; the server says it is armed, waits for `go`, calls the model, describes where its
+outputs lie and says `done`. The clock is the parent's, the outputs are read by the parent from this process's
+memory, and which calls are compared is drawn by the parent after each one: nothing here is believed. The same
+code serves the problem's reference in its comparer, so both sides are timed through the same steps."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from evaluator import exchange
+from evaluator.child import trials
+from evaluator.protocol import Arm
+
+_T = torch._C.TensorBase
+
+
+def _views(page, layout: dict) -> list:
+    """The inputs as the layout places them in the mapped .in file (tensors over its bytes; plain values)."""
+    made = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the buffer is read-only: the inputs are not this process's to write
+        for item in layout["inputs"]:
+            if "value" in item:
+                made.append(item["value"])
+                continue
+            dtype = getattr(torch, item["dtype"])
+            count = 1
+            for n in item["shape"]:
+                count *= n
+            flat = torch.frombuffer(page, dtype=dtype, count=count, offset=item["offset"]) if count else \
+                torch.empty(0, dtype=dtype)
+            made.append(flat.view(item["shape"]))
+    return made
+
+
+def _describe(tensors: list) -> list[tuple[int, int, list[int], list[int]]]:
+    records = []
+    for t in tensors:
+        if type(t) is not torch.Tensor or _T.device.__get__(t).type != "cpu":
+            records.append((0, -1, [], []))
+            continue
+        name = str(_T.dtype.__get__(t)).removeprefix("torch.")
+        code = exchange.DTYPES.index(name) if name in exchange.DTYPES else -1
+        records.append((_T.data_ptr(t), code, list(_T.size(t)), list(_T.stride(t))))
+    return records
+
+
+class Server:
+    """The server's end of one exchange: `arm(seq)` runs call `seq` once the parent says go."""
+
+    def __init__(self, ctl: Path, inp: Path, call):
+        self.ctl, self.inp_path, self.call = exchange.map_file(ctl, writable=True), inp, call
+        self.page, self.size, self.layout, self.inputs = None, 0, None, []
+        self.kept = None  # the last call's outputs, alive until the next call: the parent reads them meanwhile
+
+    def _load(self) -> None:
+        """The inputs' views, made again only where the comparer's layout changed (a problem whose shapes change
+        with the seed) or the file grew."""
+        size = self.inp_path.stat().st_size
+        if self.page is None or size != self.size:
+            self.page, self.size, self.layout = exchange.map_file(self.inp_path, writable=False), size, None
+        layout = exchange.read_layout(self.page)
+        if layout != self.layout:
+            self.layout, self.inputs = layout, _views(self.page, layout)
+
+    def arm(self, seq: int) -> None:
+        self._load()
+        self.kept = None
+        inputs, ctl = self.inputs, self.ctl
+        exchange.put(ctl, exchange.ARMED, seq)
+        while exchange.word(ctl, exchange.GO) != seq:
+            pass
+        out = self.call(inputs)
+        tensors = trials.as_tensors(out)
+        exchange.write_outputs(ctl, _describe(tensors))
+        exchange.put(ctl, exchange.DONE, seq)
+        self.kept = out
+
+
+def serve(requests, server: Server) -> None:
+    """Arm lines (`{"arm": seq}`) until an `{"end": true}` line or the end of the pipe."""
+    for line in requests:
+        message = Arm.model_validate_json(line)
+        if message.end:
+            return
+        with torch.no_grad():
+            server.arm(message.arm)
+

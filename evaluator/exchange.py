@@ -1,0 +1,134 @@
+"""The forward exchange: the shared memory through which trusted code has a forward server (a candidate's child, or
+the problem's reference in its comparer) run one call at a time, while trusted code makes its inputs, holds the
+clock and reads its outputs.
+
+Two files per server, made by the parent in the comparer's exchange folder before the server starts:
+- `NAME.in`: the inputs, written by the comparer only (the server maps it read-only: the jail lets it read this
+  file and nothing else of the folder): a header with the inputs' layout (JSON) and, from DATA, their bytes.
+- `NAME.ctl`: one page of words and the outputs' descriptions. The comparer writes `filled`, the server `armed`,
+  `done` and the outputs, the parent `go`. The server may write this file but not resize it (the jail withholds
+  truncate), so no reader's mapping can fault.
+Nothing here decides anything: the parent reads `done` on its own clock and the outputs' bytes from the server's
+memory itself (evaluator.sandbox.memory), and treats everything the server wrote as a claim to check.
+Only the standard library is imported: the parent's side needs no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from pathlib import Path
+
+CTL_BYTES = 4096
+DATA = 1 << 16  # where the inputs' bytes begin in the .in file; the layout's JSON lies before it
+ALIGN = 4096  # each input starts on a page of its own, as a fresh large allocation would
+MAX_OUTPUTS, MAX_DIMS = 16, 8
+# ctl words (u64 at these byte offsets)
+FILLED, ARMED, GO, DONE, COUNT = 0, 8, 16, 24, 32
+_OUTPUTS = 64
+_RECORD = struct.Struct(f"<3q{MAX_DIMS}q{MAX_DIMS}q")  # data_ptr, dtype code, ndim, shape, strides (elements)
+_WORD = struct.Struct("<Q")
+# dtype codes: the index in this list; -1 is an output that is not a plain tensor
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+          "complex64", "complex128")
+ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+            "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16}
+
+
+def paths(folder: Path, name: str) -> tuple[Path, Path]:
+    return folder / f"{name}.ctl", folder / f"{name}.in"
+
+
+def create(folder: Path, name: str, owner: int | None = None) -> tuple[Path, Path]:
+    """The two files of one server, empty but for the ctl page, owned by the uid its children run as."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ctl, inp = paths(folder, name)
+    for path, size in ((ctl, CTL_BYTES), (inp, DATA)):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        try:
+            os.ftruncate(fd, size)
+            os.fchmod(fd, 0o666)  # the comparer and the server may run as another uid; the jail is the wall
+            if owner is not None:
+                os.fchown(fd, owner, owner)
+        finally:
+            os.close(fd)
+    return ctl, inp
+
+
+def map_file(path: Path, writable: bool) -> mmap.mmap:
+    """The whole of a regular file, mapped shared; a path that is not one (a link, a FIFO) is refused."""
+    fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not (info.st_mode & 0o170000 == 0o100000 and info.st_size):
+            raise OSError(f"{path.name} is not a regular, non-empty file")
+        return mmap.mmap(fd, info.st_size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+
+
+def word(page: mmap.mmap, at: int) -> int:
+    return _WORD.unpack_from(page, at)[0]
+
+
+def put(page: mmap.mmap, at: int, value: int) -> None:
+    _WORD.pack_into(page, at, value)
+
+
+class Output(tuple):
+    """One output as its server described it: (data_ptr, dtype name or None, shape, strides in elements)."""
+
+    @property
+    def nbytes_span(self) -> int:
+        """Bytes from its first element to the end of its last (its strides' reach)."""
+        _, dtype, shape, strides = self
+        if dtype is None or 0 in shape:
+            return 0
+        return (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * ITEMSIZE[dtype]
+
+
+def write_outputs(page: mmap.mmap, records: list[tuple[int, int, list[int], list[int]]]) -> None:
+    """The server's side: its outputs' descriptions (data_ptr, dtype code, shape, strides), at most MAX_OUTPUTS."""
+    records = records[:MAX_OUTPUTS]
+    for i, (ptr, code, shape, strides) in enumerate(records):
+        dims = len(shape) if len(shape) <= MAX_DIMS else -1
+        pad = [0] * (MAX_DIMS - max(dims, 0))
+        _RECORD.pack_into(page, _OUTPUTS + i * _RECORD.size, ptr, code, dims, *(list(shape)[:MAX_DIMS] + pad),
+                          *(list(strides)[:MAX_DIMS] + pad))
+    put(page, COUNT, len(records))
+
+
+def read_outputs(page: mmap.mmap) -> list[Output]:
+    """The trusted side's read of what a server wrote: every field checked (ValueError naming the misfit)."""
+    count = word(page, COUNT)
+    if count > MAX_OUTPUTS:
+        raise ValueError(f"{count} outputs described (at most {MAX_OUTPUTS})")
+    found = []
+    for i in range(count):
+        ptr, code, dims, *rest = _RECORD.unpack_from(page, _OUTPUTS + i * _RECORD.size)
+        if code == -1:
+            found.append(Output((0, None, (), ())))
+            continue
+        if not (0 <= code < len(DTYPES)) or not (0 <= dims <= MAX_DIMS) or ptr <= 0:
+            raise ValueError(f"output {i} is described as dtype {code}, {dims} dims at {ptr:#x}")
+        shape, strides = tuple(rest[:dims]), tuple(rest[MAX_DIMS:MAX_DIMS + dims])
+        if any(n < 0 for n in shape) or any(s < 0 for s in strides):
+            raise ValueError(f"output {i} is described with shape {shape} and strides {strides}")
+        found.append(Output((ptr, DTYPES[code], shape, strides)))
+    return found
+
+
+def write_layout(page: mmap.mmap, layout: dict) -> None:
+    """The comparer's side: the inputs' layout (offsets, shapes, dtypes; plain values) at the head of the .in file."""
+    text = json.dumps(layout).encode()
+    if 8 + len(text) > DATA:
+        raise ValueError(f"the inputs' layout takes {len(text):,} bytes, more than the {DATA - 8:,} it has")
+    page[8:8 + len(text)] = text
+    put(page, 0, len(text))
+
+
+def read_layout(page: mmap.mmap) -> dict:
+    size = word(page, 0)
+    return json.loads(bytes(page[8:8 + min(size, DATA - 8)]))

@@ -1,0 +1,282 @@
+"""Timing by trusted code (CPU): the parent rings each call of the candidate's forward server and of the problem's
+reference (evaluator.child.forward_server) and holds the clock, the comparer makes each call's inputs from seeds
+only it has (evaluator.child.fills), and the parent reads each call's outputs from the server's memory itself, a
+lattice of them at once when `done` is seen, the whole of those it draws for comparison after the call.
+
+What the candidate's process can do to its numbers is only its call: it never holds a seed or a future input,
+never sees the clock, the choice of checked calls or the read positions, and nothing it sends is a measurement.
+A call whose work is left for after `done` misses the glimpse taken then; a call done early from a thread sees
+inputs not yet written. Both sides go through the same steps (the reference served by its comparer), rounds
+interleaved by a secret coin, the candidate frozen while the reference runs (evaluator.verdict.pacing)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from evaluator import exchange
+from evaluator.child.timing import ROUND, lattice_steps
+from evaluator.child.trials import TIMED
+from evaluator.protocol import Arm, Call, Fill, Timing
+from evaluator.sandbox import memory
+from evaluator.sandbox.cgroups import FreezeIncomplete
+from evaluator.statistics import tight
+from evaluator.verdict.checks import CHECKED
+from evaluator.verdict.pacing import MIN_PAIRS, Paired
+
+_PAIRS, _LEAST = 10, 20  # rounds the budget must hold at least; reps before the interval may stop them
+_ESTIMATE_MS = 100.0
+_POLL = 1 << 12  # spins between looks at the clock and at the server's life
+POLICY = ("fresh: new values before every call from a per-call seed only the comparer holds, written into memory "
+          "the candidate maps read-only; clocked, and its outputs read, by kforge's own process")
+
+
+class Stalled(Exception):
+    """A server did not answer in time, or is gone: its child's own end says why."""
+
+
+@dataclass
+class _Plan:
+    """Where a glimpse of one output will read: its lattice's starts (drawn by the parent), steps and offsets."""
+
+    key: tuple
+    start: list[int]
+    step: tuple[int, ...]
+    offsets: torch.Tensor  # bytes from the output's first element, in the lattice's order
+
+
+def _plan(dtype: str, shape: tuple, strides: tuple, coin: random.SystemRandom) -> _Plan:
+    step = lattice_steps(tuple(shape))
+    start = [coin.randrange(s) for s in step]
+    item = exchange.ITEMSIZE[dtype]
+    offsets = torch.zeros((), dtype=torch.int64)
+    for a, b, n, s in zip(start, step, shape, strides):
+        axis = (a + torch.arange(-((a - n) // b), dtype=torch.int64) * b) * s * item
+        offsets = offsets.unsqueeze(-1) + axis
+    return _Plan((dtype, tuple(shape), tuple(strides)), start, step, offsets.reshape(-1))
+
+
+def _seen(pid: int, out: exchange.Output, plan: _Plan) -> dict:
+    """The lattice's bytes of one output, read now from the server's memory (one call, up to IOV_MAX pieces each)."""
+    item, count = exchange.ITEMSIZE[out[1]], plan.offsets.numel()
+    remote = (memory.Iovec * count)()
+    table = torch.frombuffer(remote, dtype=torch.int64).view(count, 2)
+    table[:, 0] = plan.offsets + out[0]
+    table[:, 1] = item
+    got = bytearray(count * item)
+    if count and memory.read_pieces(pid, remote, count, ctypes.addressof((ctypes.c_char * len(got)).from_buffer(got))) != len(got):
+        raise memory.Unreadable(0, "part of an output's glimpse could not be read")
+    return {"start": plan.start, "step": list(plan.step), "bytes": got.hex()}
+
+
+def _meta(out: exchange.Output) -> dict:
+    if out[1] is None:
+        return {"type": "not a plain CPU tensor", "exact_tensor": False}
+    return {"type": "Tensor", "exact_tensor": True, "shape": list(out[2]), "dtype": f"torch.{out[1]}", "device": "cpu"}
+
+
+def _snapshot(pid: int, outputs: list[exchange.Output]) -> bytes:
+    """The plain outputs' elements, read from the server's memory, as contiguous raw bytes back to back."""
+    parts = []
+    for ptr, dtype, shape, strides in outputs:
+        out = exchange.Output((ptr, dtype, shape, strides))
+        if dtype is None or not out.nbytes_span:
+            continue
+        raw = memory.read_range(pid, ptr, out.nbytes_span)
+        flat = torch.frombuffer(raw, dtype=getattr(torch, dtype))
+        dense = flat.as_strided(shape, strides).contiguous()
+        parts.append(ctypes.string_at(dense.data_ptr(), dense.numel() * dense.element_size()))
+    return b"".join(parts)
+
+
+class _Ring:
+    """One forward server's ctl page, as the parent rings it."""
+
+    def __init__(self, ctl: Path, alive, deadline: float):
+        self.page, self.alive, self.deadline = exchange.map_file(ctl, writable=True), alive, deadline
+
+    def wait(self, at: int, seq: int) -> None:
+        page, spins = self.page, 0
+        while exchange.word(page, at) != seq:
+            spins += 1
+            if spins % _POLL == 0 and (time.monotonic() > self.deadline or not self.alive()):
+                raise Stalled(f"the forward server did not answer call {seq}")
+
+    def clocked(self, seq: int) -> float:
+        """Say go once armed; ms from go to done, by this process's clock."""
+        self.wait(exchange.ARMED, seq)
+        start = time.perf_counter()
+        exchange.put(self.page, exchange.GO, seq)
+        self.wait(exchange.DONE, seq)
+        return (time.perf_counter() - start) * 1e3
+
+
+@dataclass
+class Timed:
+    """What trusted timing leaves for the judge: the candidate's samples, both sides' blocks, the calls drawn
+    for comparison and their snapshots (label -> (metas with what the glimpse read, file))."""
+
+    timing: Timing | None = None
+    paired: Paired = field(default_factory=Paired)
+    asked: list[str] = field(default_factory=list)
+    snapshots: dict[str, tuple[list[dict], Path]] = field(default_factory=dict)
+    failed: str = ""
+
+
+class TrustedTiming:
+    """Times one candidate beside its problem's reference. `comparer` and `candidate` are their Children; `folder`
+    the comparer's exchange folder, `name` the candidate's exchange there; `settings` the batch's EvalSettings."""
+
+    def __init__(self, comparer, candidate, folder: Path, name: str, settings, rep_ms: float, cores: set[int]):
+        deadline = candidate.result.started + candidate.limits.timeout_s
+        self.comparer, self.candidate, self.folder, self.name = comparer, candidate, folder, name
+        self.settings, self.rep_ms, self.cores = settings, rep_ms, cores
+        alive = lambda: candidate.proc.poll() is None and comparer.proc.poll() is None  # noqa: E731
+        self.mine = _Ring(exchange.paths(folder, name)[0], alive, deadline)
+        self.ref = _Ring(exchange.paths(folder, "reference")[0], alive, deadline)
+        self.pid = memory.server_pid(candidate.proc.pid)
+        self.seq = self.ref_seq = 0
+        self.coin = random.SystemRandom()
+        self.plans: dict[int, _Plan] = {}
+        self.done = Timed()
+
+    def _candidate_call(self, label: str) -> tuple[float, list[exchange.Output], list]:
+        self.seq += 1
+        self.comparer.send(Fill(name=self.name, label=label, seq=self.seq))
+        self.mine.wait(exchange.FILLED, self.seq)
+        self.candidate.send(Arm(arm=self.seq))
+        ms = self.mine.clocked(self.seq)
+        outputs = exchange.read_outputs(self.mine.page)
+        return ms, outputs, self._glimpse(outputs)
+
+    def _glimpse(self, outputs: list[exchange.Output]) -> list:
+        seen = []
+        for i, out in enumerate(outputs):
+            if out[1] is None or not out.nbytes_span:
+                seen.append(None)
+                continue
+            plan = self.plans.get(i)
+            if plan is None or plan.key != tuple(out[1:]):
+                plan = _plan(out[1], out[2], out[3], self.coin)
+            seen.append(_seen(self.pid, out, plan))
+            self.plans[i] = _plan(out[1], out[2], out[3], self.coin)  # the next call's, drawn now, read after it
+        return seen
+
+    def _reference_call(self, label: str) -> float:
+        self.ref_seq += 1
+        self.comparer.send(Call(label=label, seq=self.ref_seq))
+        return self.ref.clocked(self.ref_seq)
+
+    def _keep(self, label: str, outputs: list[exchange.Output], seen: list) -> None:
+        """The whole of a call's outputs, read now and written for the comparer, with what the glimpse read."""
+        path = self.folder / f"{self.name}-{label}.out"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, _snapshot(self.pid, outputs))
+        finally:
+            os.close(fd)
+        metas = [_meta(o) | ({"seen": s} if s else {}) for o, s in zip(outputs, seen)]
+        self.done.snapshots[label] = (metas, path)
+
+    def _estimate(self) -> tuple[float, int]:
+        """One call's cost by the parent's clock around the whole cycle (fill, ring, read), and the calls made."""
+        costs, calls = [], 0
+        while len(costs) < 5 and (len(costs) < 2 or sum(costs) < _ESTIMATE_MS):
+            calls += 1
+            start = time.perf_counter()
+            self._candidate_call(f"{TIMED}{-calls}")
+            costs.append((time.perf_counter() - start) * 1e3)
+        costs.sort()
+        return max(costs[len(costs) // 2], 1e-3), calls
+
+    def _warm(self) -> int:
+        estimate, calls = self._estimate()
+        for _ in range(2):  # the reference's first calls through its exchange map its pages
+            self._reference_call(f"{TIMED}{-1}")
+        warm = max(0, int((self.settings.warmup_ms - estimate * calls) / estimate))
+        for k in range(warm):
+            self._candidate_call(f"{TIMED}{-(calls + k + 1)}")
+        self.estimate = estimate
+        return calls + warm
+
+    def _round(self, first: int, n: int, least: int) -> list[float]:
+        samples, last = [], None
+        for k in range(first, first + n):
+            ms, outputs, seen = self._candidate_call(f"{TIMED}{k}")
+            samples.append(ms)
+            if self.coin.random() < CHECKED / max(least, k + 1):
+                self.done.asked.append(f"{TIMED}{k}")
+                self._keep(f"{TIMED}{k}", outputs, seen)
+            last = (k, outputs, seen)
+        self.last = last
+        return samples
+
+    def _reference_block(self, first: int, n: int, hold) -> None:
+        paired = self.done.paired
+        try:
+            with hold():
+                start = time.monotonic()
+                block = [self._reference_call(f"{TIMED}{k}") for k in range(first, first + n)]
+                paired.reference_wall_s += time.monotonic() - start
+        except FreezeIncomplete as exc:
+            paired.void.append(first)
+            paired.unfrozen = paired.unfrozen or str(exc)
+            return
+        paired.reference.append(block)
+
+    def run(self, hold) -> Timed:
+        """Warm-up, interleaved rounds until the paired ratio's interval is tight or the budget is spent, then
+        the verify call; the candidate's server is told to end either way."""
+        mine = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, self.cores)  # this thread spins: never on the core the calls run on
+        try:
+            self._rounds(hold)
+            ms, outputs, seen = self._candidate_call("verify")
+            self._keep("verify", outputs, seen)
+        except (Stalled, memory.Unreadable, ValueError) as exc:
+            self.done.failed = str(exc)
+        finally:
+            os.sched_setaffinity(0, mine)
+            self.candidate.send(Arm(end=True))
+        return self.done
+
+    def _rounds(self, hold) -> None:
+        s, paired = self.settings, self.done.paired
+        untimed = self._warm()
+        most = min(s.max_reps, max(s.min_reps, int(self.rep_ms / self.estimate)))
+        size, least = max(1, min(ROUND, most // _PAIRS)), min(most, max(s.min_reps, _LEAST))
+        samples: list[float] = []
+        began = time.monotonic()
+        while len(samples) < most:
+            first, n = len(samples), min(size, most - len(samples))
+            before = self.coin.random() < 0.5
+            if before:
+                self._reference_block(first, n, hold)
+            block = self._round(first, n, least)
+            if not before:
+                self._reference_block(first, n, hold)
+            paired.candidate.append(block)
+            samples += block
+            if len(samples) >= least and self._settled():
+                break
+            if (time.monotonic() - began) * 1e3 > 4 * self.rep_ms + 1000:
+                break
+        k, outputs, seen = self.last
+        if f"{TIMED}{k}" not in self.done.snapshots:  # the last call is compared too
+            self.done.asked.append(f"{TIMED}{k}")
+            self._keep(f"{TIMED}{k}", outputs, seen)
+        self.done.timing = Timing(which="model", samples=samples, untimed_calls=untimed, fresh_inputs=POLICY)
+
+    def _settled(self) -> bool:
+        paired = self.done.paired
+        if paired.void:
+            return True
+        if self.settings.rel_ci is None or len(paired.candidate) < MIN_PAIRS or len(paired.reference) != len(paired.candidate):
+            return False
+        return tight(*paired.ratio(), self.settings.rel_ci)
