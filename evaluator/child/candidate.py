@@ -143,6 +143,7 @@ def run(chan: stages.Channel, req: CandidateRequest, model, problem, watch: watc
     chan.send(Leaks(growth=growth, calls=calls))
     check("leak")
     if req.timing.enabled and req.exchange:
+        chan.send(Probe(outputs={}, inputs_changed=fresh.changed()))  # by the leak check's calls
         chan.send(Stage(stage="serving"))  # timed by the parent from here on (evaluator.parent.trusted_timing)
         ctl = Path(req.exchange)
         forward_server.serve(requests, forward_server.Server(ctl, ctl.with_suffix(".in"), lambda given: model(*given)))

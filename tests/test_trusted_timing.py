@@ -1,0 +1,68 @@
+"""Trusted timing on CPU (evaluator.parent.trusted_timing): the candidate's process is a forward server, and
+hostile candidates written against that design change no number of their verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from evaluator import CandidateJob, EvalSettings, Status, Verdict, evaluate
+from reference_problems import resolve_problem
+
+FORWARD = ROOT / "tests" / "adversarial" / "forward"
+NAMES = ["honest", "patch_everything", "early_done", "forge_done", "seeds_from_request", "write_inputs"]
+
+
+@pytest.fixture(scope="module")
+def verdicts(adversarial_build_root) -> dict[str, Verdict]:
+    relu = resolve_problem("relu")
+    jobs = [CandidateJob(path=FORWARD / f"{name}.py", problem=relu) for name in NAMES]
+    settings = EvalSettings(device="cpu", size="small", trials=3, warmup_ms=5, rep_ms=300, leak_calls=2, jobs=2,
+                            build_root=adversarial_build_root, forward_server=True)
+    return {Path(v.solution_path).stem: v for v in evaluate(jobs, settings)}
+
+
+@pytest.mark.slow
+def test_the_honest_twin_is_timed_by_kforge_own_clock(verdicts):
+    v = verdicts["honest"]
+    assert v.status is Status.CORRECT and v.speedup, v.evidence
+    assert "only the comparer holds" in v.evidence.timing.fresh_inputs
+    assert v.evidence.timing.checked_calls, v.evidence.timing
+
+
+@pytest.mark.slow
+def test_patched_clocks_channel_and_exchange_change_no_number(verdicts):
+    """Before this design: every such patch moved the speedup (perf_counter: 1000x, a timer one call in ten: 6.4x).
+    Now it gains nothing: its swaps cost its calls a few microseconds, which on this tiny problem can only slow it."""
+    honest, patched = verdicts["honest"], verdicts["patch_everything"]
+    assert patched.status is Status.CORRECT, patched.evidence
+    assert patched.speedup < 1.1 * honest.speedup, (patched.speedup, honest.speedup)
+
+
+@pytest.mark.slow
+def test_done_said_before_the_work_is_seen_in_the_outputs_read_at_done(verdicts):
+    v = verdicts["early_done"]
+    assert v.status in (Status.CHEAT, Status.INCORRECT), v.evidence
+    assert v.evidence.exploit in ("late_output", "stale_output", ""), v.evidence
+
+
+@pytest.mark.slow
+def test_done_written_by_the_candidate_itself_gains_nothing(verdicts):
+    """Caught where its `done` lands first (another call's output is read then), else no faster than its twin."""
+    v, honest = verdicts["forge_done"], verdicts["honest"]
+    assert v.status in (Status.CHEAT, Status.INCORRECT) or v.speedup < 1.1 * honest.speedup, v.evidence
+
+
+@pytest.mark.slow
+def test_the_seeds_a_candidate_finds_in_its_process_predict_no_timed_input(verdicts):
+    v = verdicts["seeds_from_request"]
+    assert v.status in (Status.INCORRECT, Status.CHEAT), v.evidence
+    assert "timed call" in v.evidence.cause or "after new data" in v.evidence.cause, v.evidence
+
+
+@pytest.mark.slow
+def test_timed_inputs_cannot_be_written_by_the_candidate(verdicts):
+    v = verdicts["write_inputs"]
+    assert v.status in (Status.CHEAT, Status.RUNTIME_ERROR), v.evidence
