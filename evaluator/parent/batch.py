@@ -6,9 +6,9 @@ import hashlib
 import os
 import platform
 import secrets
+import shutil
 import tempfile
 import threading
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -17,7 +17,7 @@ import torch
 
 from evaluator.child import lean_headers, nvcc_driver, precompiled
 from evaluator.parent import buildcache, leases
-from evaluator.sandbox import cgroups, disk, gpumemory
+from evaluator.sandbox import cgroups, gpumemory
 from evaluator.contracts import EvalSettings, EvaluatorError
 from evaluator.hardware import device_memory, visible_gpus
 from evaluator.parent.jail_spec import jail_spec, require_layers
@@ -54,9 +54,6 @@ class Batch:
         self.settings = _sized(settings, self.compile_slots + per_device * len(self.gpus))
         self.root = Path(tempfile.mkdtemp(prefix="kforge-eval-"))  # honours TMPDIR (e.g. /dev/shm for big outputs)
         self.root.chmod(0o711)  # children running as another uid reach their own folders in it, and list none
-        self._unshared = disk.share(self.root)  # '' once a candidate's disk mounted in it reaches running children
-        self.release = weakref.finalize(self, disk.release, self.root)  # the disks the batch left, once it is gone
-        self.disks: dict[Path, dict] = {}  # a candidate's dir -> its disk, as its children's jail specs say it
         self.init_seed = secrets.randbits(31)
         self.trial_seeds = [(f"trial_{i}", secrets.randbits(31)) for i in range(settings.trials)]
         self.timing_seed, self.verify_seed = secrets.randbits(31), secrets.randbits(31)
@@ -81,34 +78,26 @@ class Batch:
     def _check_sandbox(self) -> None:
         """Probe the jail once: in strict mode a missing layer stops the batch before any child runs."""
         try:
-            require_layers(self.root, self.settings.sandbox, self._unshared)
+            require_layers(self.root, self.settings.sandbox)
         except EvaluatorError:
-            self.release()
+            shutil.rmtree(self.root, ignore_errors=True)
             raise
 
-    def new_disk(self, path: Path) -> Path:
-        """A candidate's dir: made, with its disk mounted on it (evaluator/sandbox/disk.py), which holds all its
-        compile and candidate children write, each in a dir of its own inside."""
-        path.mkdir(mode=0o711)
-        self.disks[path] = disk.mount(path, self._unshared)
-        return path
-
     def jail(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
-             exchange: Path | None = None) -> dict:
+             publish: bool = False, exchange: Path | None = None) -> dict:
         """The file rules of one child: its scratch writable; its problem and candidate files readable. A child
         of a candidate sees the build cache through its view (buildcache.py): it writes only its own build dir
-        there, which the parent publishes from a compile child, and reads the precompiled headers; its scratch
-        and view lie in its candidate's disk (new_disk).
+        there, which the parent publishes from a compile child (`publish`), and reads the precompiled headers.
         A reference child, the comparer, builds nothing; it reads the batch's scratch (on CPU the candidates'
         outputs arrive there as files) and, on CUDA, stays in kforge's PID namespace: legacy CUDA IPC handles are
         reported not to open between sibling PID namespaces, while one from a namespaced producer opened in a
         process outside them on the H100 host."""
         if candidate is None:
             return jail_spec([workdir, build_dir], [problem.path, self.root], namespaces=self.settings.device != "cuda")
-        view = buildcache.view(self.build_root, build_dir, workdir)
+        view = buildcache.view(self.build_root, build_dir, workdir, keep=publish)
         served = [exchange.with_suffix(".in")] if exchange else []  # its forward exchange: inputs read, ctl written
         return jail_spec([workdir], [problem.path, candidate.resolve(), self.build_root / "pch", *served], view=view,
-                         write_files=[exchange] if exchange else None) | {"disk": self.disks.get(workdir.parent)}
+                         write_files=[exchange] if exchange else None)
 
     def tool(self, scratch: Path) -> buildcache.Tool:
         """Runs a compiler in the jail, writing only `scratch` and reading the precompiled headers' folder (the
@@ -137,7 +126,7 @@ class Batch:
 
     def trusted_timing(self) -> bool:
         """Whether the parent times candidates through forward exchanges (evaluator.parent.trusted_timing): on CPU,
-        with paired rounds."""
+        with paired rounds, where EvalSettings.forward_server asks for it."""
         s = self.settings
         return s.forward_server and s.device == "cpu" and s.timing and s.paired
 
@@ -180,7 +169,7 @@ class Batch:
         timed_on_cpu = cpu and not publish
         warm = {WARM_GPU: gpu} if self._warms and gpu is not None and not publish else None
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
-                     jail=self.jail(workdir, build_dir, problem, candidate, exchange),
+                     jail=self.jail(workdir, build_dir, problem, candidate, publish, exchange),
                      env=CPU_CHILD_ENV | self._interpreter(candidate) if timed_on_cpu else warm,
                      cores=self.cores[1 if publish else 0], fork=not timed_on_cpu,
                      idle_s=COMPILER_IDLE_S if publish else None, nice=COMPILE_NICE if publish else 0)
