@@ -15,9 +15,13 @@ from types import ModuleType
 
 import torch
 
-from evaluator.child import audit_rules, ipc, timing, trials
+from evaluator import exchange
+from evaluator.child import audit_rules, forward_server, ipc, timing, trials
+from evaluator.child.fills import Fills
 from evaluator.child.correctness import Comparison, judge_outputs, layout, load_outputs
-from evaluator.protocol import COMPARER_OP, Audit, Audited, Block, Close, Compare, Compared, TimeBlock
+from evaluator.protocol import COMPARER_OP, Audit, Audited, Block, Call, Close, Compare, Compared, Fill, TimeBlock
+
+OWN = "reference"  # the comparer's own exchange, through which its reference is timed
 
 
 class Expected:
@@ -60,8 +64,12 @@ class Expected:
         if rep is not None and self.timed is not None:
             self.timed.fill(rep)
             return self.timed.inputs
-        seed = self.seeds[label] if rep is None else trials.rep_seed(self.seeds["timing"], rep)
-        return trials.make_inputs(self.problem, seed, self.device)
+        return trials.make_inputs(self.problem, self.seed_of(label), self.device)
+
+    def seed_of(self, label: str) -> int:
+        """The seed of a call's inputs: a trial's or the verify call's own, a timed call's from the timing seed."""
+        rep = trials.timed_rep(label)
+        return self.seeds[label] if rep is None else trials.rep_seed(self.seeds["timing"], rep)
 
     def others(self, label: str) -> list[str]:
         """What a mismatching output may be instead: every other call the reference ran, and for a timed call
@@ -160,10 +168,28 @@ class Timer:
 
 
 class Comparer:
-    """Answers `compare`, `audit` and (with a timer) `time` requests against one problem's reference."""
+    """Answers `compare`, `audit` and (with a timer) `time` requests against one problem's reference; with `fills`,
+    the forward exchanges' `fill` and `call` (evaluator.child.fills, evaluator.child.forward_server)."""
 
-    def __init__(self, expected: Expected, atol: float, rtol: float, timer: Timer | None = None):
-        self.expected, self.atol, self.rtol, self.timer = expected, atol, rtol, timer
+    def __init__(self, expected: Expected, atol: float, rtol: float, timer: Timer | None = None,
+                 fills: Fills | None = None):
+        self.expected, self.atol, self.rtol, self.timer, self.fills = expected, atol, rtol, timer, fills
+        self._own: forward_server.Server | None = None
+
+    def fill(self, request: Fill) -> None:
+        self.fills.fill(request.name, request.label)
+        exchange.put(self.fills.ctl(request.name), exchange.FILLED, request.seq)
+
+    def call(self, request: Call) -> None:
+        """One call of the reference, served through its own exchange as a candidate's call is."""
+        fills = self.fills
+        fills.fill(OWN, request.label)
+        if self._own is None:
+            ctl, inp = exchange.paths(fills.folder, OWN)
+            model = self.expected.model
+            self._own = forward_server.Server(ctl, inp, lambda inputs: model(*inputs))
+        with torch.no_grad():
+            self._own.arm(request.seq)
 
     def _against(self, got: list, got_meta: list[dict], label: str, trial: int) -> Comparison:
         exp = self.expected
@@ -213,5 +239,9 @@ def serve(chan, requests, comparer: Comparer) -> None:
             chan.send(answer)
         elif isinstance(request, Audit):
             chan.send(Audited(findings=comparer.audit()))
+        elif isinstance(request, Fill) and comparer.fills:
+            comparer.fill(request)
+        elif isinstance(request, Call) and comparer.fills:
+            comparer.call(request)
         elif isinstance(request, TimeBlock):
             chan.send(comparer.timer.time(request) if comparer.timer else Block(error="the reference was not timed"))
