@@ -223,6 +223,7 @@ class Evidence(BaseModel):
     max_abs_err: float | None = None
     tolerance_used: float | None = None  # max |got - exp| / (atol + rtol * |exp|) over all checks: 1.0 is the limit
     size: str = ""  # the size that ran (Problem.size_label): full, small, or small (derived) with the constants it set
+    problem_sha256: str = ""  # the content of the problem file it was judged against: a verdict stands only for it
     precision: Precision | None = None  # the dtype the inputs and models were cast to (EvalSettings.precision)
     atol: float | None = None  # the tolerance outputs were held to at that precision (EvalSettings.tolerance)
     rtol: float | None = None
@@ -279,6 +280,7 @@ class Verdict(BaseModel):
         evidence = kw.setdefault("evidence", Evidence())
         evidence.language = evidence.language or settings.language_of(job.text)
         evidence.size = job.problem.size_label(settings.size)
+        evidence.problem_sha256 = job.problem.sha256
         evidence.precision = settings.precision
         evidence.atol, evidence.rtol = settings.tolerance(job.problem)
         return cls(status=status, problem=job.problem.name, solution_sha256=job.sha256, solution_path=str(job.path),

@@ -186,9 +186,15 @@ def import_problems(root: Path, user_dir: Path | None = None) -> tuple[list[Prob
 
 
 def resolve_problem(name_or_path: str, user_dir: Path | None = None) -> Problem:
-    """A registered name, or a path to any KernelBench-format .py file."""
+    """A registered name, or a path to any KernelBench-format .py file. A file whose name a registered problem of
+    other content holds is named `NAME@SHA8` (its content's first hash digits): its verdicts and board rows are
+    its own, never the registered problem's."""
     if name_or_path.endswith(".py") or "/" in name_or_path:
-        return load_problem_file(Path(name_or_path))
+        found = load_problem_file(Path(name_or_path))
+        taken = next((p for p in list_problems(user_dir) if p.name == found.name and p.sha256 != found.sha256), None)
+        if taken is None:
+            return found
+        return found.model_copy(update={"meta": found.meta.model_copy(update={"name": f"{found.name}@{found.sha256[:8]}"})})
     problems = list_problems(user_dir)
     for problem in problems:
         if problem.name == name_or_path:

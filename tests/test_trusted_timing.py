@@ -3,6 +3,8 @@ hostile candidates written against that design change no number of their verdict
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,25 @@ def test_the_seeds_a_candidate_finds_in_its_process_predict_no_timed_input(verdi
 def test_timed_inputs_cannot_be_written_by_the_candidate(verdicts):
     v = verdicts["write_inputs"]
     assert v.status in (Status.CHEAT, Status.RUNTIME_ERROR), v.evidence
+
+
+RELU_SCALE_ADD = ROOT / "tests" / "problems" / "relu_scale_add.py"
+HONEST_RSA = ROOT / "tests" / "candidates" / "relu_scale_add" / "honest.py"
+
+
+@pytest.mark.slow
+def test_an_honest_kernel_at_full_size_stays_correct_with_a_core_hogged(build_root):
+    """At 256 x 16384 a call takes milliseconds and rounds are one call long: the in-process harness's wall-clock
+    check called this kernel `timer_escape` on a loaded 2-core machine. Timed by kforge's own clock there is no
+    child's figure to doubt: correct every time."""
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        problem = resolve_problem(str(RELU_SCALE_ADD))
+        settings = EvalSettings(device="cpu", size="full", trials=2, warmup_ms=5, rep_ms=200, leak_calls=2,
+                                cpu_pairs=1, build_root=build_root, forward_server=True)
+        found = [next(iter(evaluate([CandidateJob(path=HONEST_RSA, problem=problem)], settings))) for _ in range(2)]
+    finally:
+        hog.kill()
+        hog.wait()
+    assert [v.status for v in found] == [Status.CORRECT] * 2, [v.evidence.cause for v in found]
+    assert all(v.speedup for v in found), [v.evidence.cause for v in found]
