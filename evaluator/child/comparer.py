@@ -8,9 +8,7 @@ for (a forward of the reference, which is cheaper than holding gigabytes per see
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -82,11 +80,7 @@ def _received(request: Compare, opened: ipc.Opened) -> list:
     """The candidate's tensors as the request describes them: IPC ranges on CUDA, the raw-bytes file on CPU."""
     metas = request.outputs
     if request.path is not None:
-        fd = os.open(Path(request.path), os.O_RDONLY | os.O_NOFOLLOW)
-        try:
-            return load_outputs(fd, metas)
-        finally:
-            os.close(fd)
+        return load_outputs(request.path, metas)
     got = []
     for meta in metas:
         described = layout(meta)

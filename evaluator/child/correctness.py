@@ -11,6 +11,7 @@ from typing import NamedTuple
 import torch
 
 from evaluator.contracts import Mismatch
+from evaluator.sandbox.results import open_regular
 
 
 class Comparison(NamedTuple):
@@ -30,15 +31,17 @@ def layout(meta: dict) -> tuple[torch.dtype, list[int], int] | None:
     return dtype, shape, math.prod(shape) * dtype.itemsize
 
 
-def load_outputs(fd: int, metas: list[dict]) -> list:
+def load_outputs(path: str, metas: list[dict]) -> list:
     """Tensors over a private mapping of a child's raw output file, laid out as `metas` (the descriptions the
     harness sent) say: a multi-GB output is read page by page as it is compared, never parsed or copied first.
-    ValueError if the file is not exactly that size (a rewritten file)."""
+    OSError if it is not a regular file of exactly that size (a rewritten file, a FIFO, a link: open_regular)."""
     layouts = [layout(m) for m in metas]
-    expected, size = sum(lay[2] for lay in layouts if lay), os.fstat(fd).st_size
-    if size != expected:
-        raise ValueError(f"holds {size:,} bytes, not the {expected:,} of the outputs forward() returned")
-    pages = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) if size else b""
+    size = sum(lay[2] for lay in layouts if lay)
+    fd = open_regular(path, size)
+    try:
+        pages = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) if size else b""
+    finally:
+        os.close(fd)  # the mapping holds the file
     tensors, offset = [], 0
     for lay in layouts:
         if lay is None:

@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 
 from evaluator.child import precompiled
 from evaluator.diagnose import first_error
-from evaluator.sandbox.results import ChildResult
+from evaluator.sandbox.results import ChildResult, open_regular
 from evaluator.child.precompiled import Variant
 
 MAX_BUILDS_PER_COMPILE = 2
@@ -143,14 +143,12 @@ def _copy_tree(src: Path, dst: Path) -> None:
 
 
 def copy_regular(src: Path, dst: Path, mode: int = 0o644) -> None:
-    """Copy a file a child wrote, refusing anything but a regular file (a link it planted could name a secret)."""
-    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as fin:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, f"not a regular file: {src}")
+    """Copy a file a child wrote, refusing anything but a regular file (a link it planted could name a secret, a
+    FIFO would hold the open)."""
+    with os.fdopen(open_regular(src), "rb") as fin:
         with open(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode), "wb") as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)
-        st = os.fstat(fd)
+        st = os.fstat(fin.fileno())
     os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)  # ninja must find the build up to date
     os.chmod(dst, mode)  # no extended attributes: an overlay's own (trusted.overlay.*) must not reach a lower layer
 

@@ -27,12 +27,14 @@ from evaluator.parent import buildcache
 from evaluator.contracts import CandidateJob, EvalSettings, EvaluatorError, KernelProfile, Profile
 from evaluator.parent.jail_spec import jail_spec, require_layers
 from evaluator.protocol import ProfileRequest
+from evaluator.sandbox.results import read_end
 from evaluator.sandbox.spawn import Child
 
 CALLS = 3  # forward calls profiled (after one warm-up call)
 START_S = 120.0  # ncu's start, the interpreter, torch, CUDA's init and the candidate's load
 REPLAYS = 50  # ncu replays each kernel once per pass of the metric set, restoring its memory in between: a bound
 LOCK_WAIT_S = 300.0  # for another kforge process's run on the GPU to end: ncu's replays would disturb its timing
+_CSV_CHARS = 16 * 2**20  # of ncu's CSV read: its rows for CALLS calls are kilobytes; more was written by the candidate
 _STALLS = ("long_scoreboard", "short_scoreboard", "barrier", "mio_throttle", "math_pipe_throttle", "lg_throttle",
            "not_selected")
 _STALL = "smsp__warp_issue_stalled_{}_per_warp_active.pct"  # percent of active warps' cycles stalled on a reason
@@ -120,7 +122,7 @@ def _run(job: CandidateJob, settings: EvalSettings, ncu: Path, build_root: Path,
         result = child.finish()
     finally:
         Lease.give_back(lock)
-    text = log.read_text(errors="replace") if log.is_file() else ""
+    text = read_end(log, _CSV_CHARS)
     kernels = parse_csv(text, CALLS)
     if kernels:
         return Profile(kernels=kernels, calls=CALLS, gpu_ms=sum(k.ms for k in kernels))

@@ -25,7 +25,6 @@ from evaluator.hardware import device_memory
 from evaluator.verdict.case import Reference, timings
 from evaluator.verdict.rules import ended_badly
 from evaluator.protocol import Close, Compare, Go, TimeBlock
-from evaluator.sandbox.results import ChildResult
 from evaluator.sandbox.spawn import Child
 from reference_problems import Problem
 
@@ -35,6 +34,9 @@ _OPEN_SHARE = 0.35  # of device memory: every open problem's comparer together
 _OPEN_PER_DEVICE = 4  # processes too: each CUDA process costs ~1 GB of host memory, whatever it holds
 _SPARES_PER_DEVICE = 2  # reference children started ahead of their problem's turn: no device memory until asked
 RUN_BASE_S, RUN_FACTOR = 20.0, 10.0  # a candidate's run budget: 20 s plus 10 times its reference's own run
+# Where a replacement comparer is started: a child's parent-death signal comes when the thread that started it ends,
+# and the thread of a request that finds the comparer lost (a candidate's reader) ends with its candidate.
+_LASTING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kforge-replace")
 
 
 Join = Callable[[str | None, int], tuple[str | None, bool]]  # (GPU, bytes it will hold) -> (GPU, beside another?)
@@ -100,6 +102,7 @@ class ReferenceServer:
         self.reference: Reference | None = None
         self.failure = ""
         self.lost = ""
+        self.killers: set[Path] = set()  # out dirs of candidates whose file killed the comparer: not read again
         self._lock = threading.Lock()
 
     def prestart(self) -> None:
@@ -159,8 +162,9 @@ class ReferenceServer:
         """A fresh comparer in place of the lost one: the same request, so the same seeds and expected outputs.
         The problem's Reference stays the first run's (its timing and its candidates' budget): a replacement may
         run beside the candidate whose request found the comparer lost. One that fails is the problem's failure."""
+        _log.warning("kforge's comparer for '%s' was lost (%s): a fresh one replaces it", self.problem.name, self.lost)
         kept, self.lost = self.reference, ""
-        self.child = _spawn(self.batch, self.problem, self.gpu, self.pair)
+        self.child = _LASTING.submit(_spawn, self.batch, self.problem, self.gpu, self.pair).result()
         self._run(take, join)
         self.reference = kept
 
@@ -195,24 +199,28 @@ class ReferenceServer:
         """The comparer's `event` answer to one line within the asking candidate's budget, or why there is none.
         A comparer lost (dead, or silent that long) is replaced on the device the asking candidate holds and asked
         once more while the budget lasts: a candidate whose request met a lost comparer is judged by the new one.
-        One killed through the candidate's own file (_shrunk) is not asked again: that error is the candidate's."""
+        One killed through the candidate's own file (_killed_by) is not asked again: that error is the candidate's."""
         with self._lock:
             if self.failure or self.reference is None:
                 return self._gone()
             deadline = time.monotonic() + run_budget_s(self.batch.settings, self.reference)
             for _ in range(2):
-                if self.lost and (self.batch.stop.is_set() or time.monotonic() >= deadline):
-                    return self.lost
-                if self.lost:
-                    self._replace(lambda want: self.gpu)
-                if self.failure:
-                    return self._gone()
-                if (left := deadline - time.monotonic()) <= 0:
-                    return f"kforge's comparer for '{self.problem.name}' was replaced only once the candidate's budget was spent"
-                answer = self._answer(line, event, doing, left)
-                if answer is not None or (answer := _shrunk(line, self.child.result)):
+                if self.lost and (why := self._renew(deadline)):
+                    return why
+                answer = self._answer(line, event, doing, deadline - time.monotonic())
+                if answer is not None or (answer := self._killed_by(line)):
                     return answer
             return self.lost
+
+    def _renew(self, deadline: float) -> str:
+        """'' once a fresh comparer replaced the lost one with time left before `deadline`, else why not: none is
+        started while the batch stops or once the asking candidate's budget is spent (the next candidate's does)."""
+        if self.batch.stop.is_set() or time.monotonic() >= deadline:
+            return self.lost
+        self._replace(lambda want: self.gpu)
+        if self.failure:
+            return self._gone()
+        return "" if time.monotonic() < deadline else f"kforge's comparer for '{self.problem.name}' came back too late"
 
     def _gone(self) -> str:
         return f"kforge's comparer for '{self.problem.name}' is gone: {self.failure}"
@@ -226,12 +234,23 @@ class ReferenceServer:
         if answer is None:
             stalled = self.child.result.timed_out and not self.child.result.memory_exceeded
             self.child.finish(wait=False)
-            said = f"kforge's comparer for '{self.problem.name}' gave no answer in {within_s:.0f} s" if stalled else _cause(self)
-            self.lost = f"{said} while {doing}"
+            silent = f"kforge's comparer for '{self.problem.name}' gave no answer in {within_s:.0f} s"
+            self.lost = f"{silent if stalled else _cause(self)} while {doing}"
         return answer
+
+    def _killed_by(self, line: BaseModel) -> dict | None:
+        """The candidate's error where the comparer was killed by SIGBUS reading a CPU output file: the file shrank
+        under its mapping (a thread of the candidate truncated it; the harness never touches a file it handed
+        over). Its later files are not read: it kills one comparer, not one per call. Else None: kforge's loss."""
+        if not (isinstance(line, Compare) and line.path and self.child.result.returncode == -signal.SIGBUS):
+            return None
+        self.killers.add(Path(line.path).parent)
+        return {"error": f"the outputs file {Path(line.path).name} shrank while the comparer read it (SIGBUS)"}
 
     def compare(self, label: str, expected: str, trial: int, outputs: list[dict], path: Path | None) -> dict:
         """The comparer's answer on one handed-over call; an error entry if it cannot answer (it died)."""
+        if path is not None and path.parent in self.killers:
+            return {"error": "not read: an earlier outputs file of this candidate shrank while the comparer read it"}
         line = Compare(label=label, expected=expected, trial=trial, outputs=outputs, path=str(path) if path else None)
         answer = self._ask(line, "compared", "comparing a candidate's outputs")
         return answer if isinstance(answer, dict) else {"error": answer, "comparer_died": True}
@@ -247,16 +266,6 @@ class ReferenceServer:
         if self.child.proc.poll() is None:
             self.child.send(Close())
         self.child.finish()
-
-
-def _shrunk(line: BaseModel, result: ChildResult) -> dict | None:
-    """The candidate's error where the comparer was killed by SIGBUS reading a CPU output file: the file shrank
-    under its mapping (a thread of the candidate truncated it), and the harness never touches a file it handed
-    over. Else None: a death of kforge's side."""
-    if not (isinstance(line, Compare) and line.path and result.returncode == -signal.SIGBUS):
-        return None
-    return {"error": f"the outputs file {Path(line.path).name} shrank while the comparer read it (SIGBUS): it is "
-                     "not what was handed over"}
 
 
 class OpenProblems:
