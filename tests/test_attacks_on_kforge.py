@@ -198,8 +198,6 @@ def _peak_mb() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="evaluator/sandbox/spawn.py's Child._read still reads `for line in fh`, "
-                                       "not `for line in lines(fh)` (evaluator/sandbox/results.py)")
 def test_a_gigabyte_line_on_the_result_pipe_is_forged_and_never_in_kforges_memory(honest, alone, settings):
     """Read whole, the line took kforge from 240 MB to a 3.2 GB peak, and the candidate 26 s."""
     rss_mb = int(re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) // 1024

@@ -26,7 +26,7 @@ from evaluator.sandbox.gpumemory import ProcessMemory
 from evaluator.verdict.case import Outcome, Reference, harness_call
 from evaluator.verdict.pacing import Pacer
 from evaluator.protocol import Ack, Check, Go
-from evaluator.parent.references import OpenProblems, ReferenceFailed, ReferenceServer, exchanges
+from evaluator.parent.references import OpenProblems, ReferenceFailed, ReferenceServer, exchanges, run_budget_s
 from evaluator.parent.trusted_timing import TrustedTiming
 from evaluator.parent.stream import Arrivals, JobStream
 from evaluator.sandbox.results import Budget, ChildResult
@@ -37,14 +37,9 @@ from evaluator.parent.verdicts import Ran, judged
 _log = logging.getLogger(__name__)
 
 
-_RUN_BASE_S, _RUN_FACTOR = 20.0, 10.0
-
-
 def run_budget(settings: EvalSettings, ref: Reference) -> EvalSettings:
-    """A candidate's run (load, trials, leak check, timing, probe) gets 20 s plus 10 times what the reference's run
-    took (its trials and timing, the same calls), capped by the limit: a hang is a timeout in about a minute on a
-    small problem, not after the cap; a kernel far slower than the reference times out."""
-    timeout = min(settings.limits.timeout_s, _RUN_BASE_S + _RUN_FACTOR * ref.run_s)
+    """The candidate's settings with its run budget (references.run_budget_s) as its timeout."""
+    timeout = run_budget_s(settings, ref)
     return settings.model_copy(update={"limits": settings.limits.model_copy(update={"timeout_s": timeout})})
 
 

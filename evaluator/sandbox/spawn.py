@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from evaluator.sandbox import budgets, cgroups, forkserver
 from evaluator.contracts import Limits, Status
 from evaluator.protocol import Request
-from evaluator.sandbox.results import ChildResult
+from evaluator.sandbox.results import ChildResult, lines
 
 _log = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ class Child:
     def _read(self, fd: int) -> None:
         """Each message is stamped with the parent's clock on arrival: the child's timings are checked against it."""
         with os.fdopen(fd, "rb") as fh:
-            for line in fh:
+            for line in lines(fh):
                 message = _parse(line) | {"_t": time.monotonic()}
                 with self._arrived:
                     self.result.messages.append(message)
