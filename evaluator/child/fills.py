@@ -57,6 +57,7 @@ class Fills:
     def __init__(self, folder: Path, problem: ModuleType, seed_of, device: str):
         self.folder, self.problem, self.seed_of, self.device = folder, problem, seed_of, device
         self.files: dict[str, _In] = {}
+        self.views: dict[str, list] = {}  # per exchange: its inputs as tensors over its file, written in place
         self.ctls: dict[str, mmap.mmap] = {}
         self._scrub = timing.cpu_flush_buffer() if device == "cpu" else None
 
@@ -66,17 +67,36 @@ class Fills:
         return self.ctls[name]
 
     def fill(self, name: str, label: str) -> None:
+        """The caches written over first, then the inputs made straight into the file's views where the problem
+        allows (trials.refill): no temporaries are freed on this side, whose reuse by the reference's output
+        would be hot in cache where a candidate's is not (an identical candidate timed 0.75-0.85x that way)."""
         if not name.replace("-", "").replace("_", "").isalnum():
             raise ValueError(f"no exchange is named {name!r}")
-        inputs = trials.make_inputs(self.problem, self.seed_of(label), self.device)
+        if self._scrub is not None:
+            _T.add_(self._scrub, 1)
+        seed, views = self.seed_of(label), self.views.get(name)
+        if views is not None:
+            fresh = list(views)
+            trials.refill(fresh, self.problem, seed, self.device)
+            if all(a is b for a, b in zip(fresh, views)):
+                return  # written in place: the layout stands
+            self._place(name, fresh)
+        else:
+            self._place(name, trials.make_inputs(self.problem, seed, self.device))
+
+    def _place(self, name: str, inputs: list) -> None:
+        """Lay the inputs out in the server's .in file (grown if needed), copy them there, and keep views of them."""
         layout = _layout(inputs)
         if name not in self.files:
             self.files[name] = _In(exchange.paths(self.folder, name)[1])
-        page = self.files[name].fit(layout["size"])
-        if self._scrub is not None:
-            _T.add_(self._scrub, 1)
+        page, views = self.files[name].fit(layout["size"]), []
         for item, value in zip(layout["inputs"], inputs):
-            if "offset" in item and _T.numel(value):
-                view = torch.frombuffer(page, dtype=_T.dtype.__get__(value), count=_T.numel(value), offset=item["offset"])
-                _T.copy_(view, _T.reshape(value, (-1,)))
+            if "offset" not in item:
+                views.append(value)
+                continue
+            view = torch.frombuffer(page, dtype=_T.dtype.__get__(value), count=_T.numel(value), offset=item["offset"]) \
+                if _T.numel(value) else torch.empty(0, dtype=_T.dtype.__get__(value))
+            _T.copy_(view, _T.reshape(value, (-1,)))
+            views.append(_T.view(view, item["shape"]))
         exchange.write_layout(page, layout)
+        self.views[name] = views
