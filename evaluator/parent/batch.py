@@ -6,9 +6,9 @@ import hashlib
 import os
 import platform
 import secrets
-import shutil
 import tempfile
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -17,7 +17,7 @@ import torch
 
 from evaluator.child import lean_headers, nvcc_driver, precompiled
 from evaluator.parent import buildcache, leases
-from evaluator.sandbox import cgroups, gpumemory
+from evaluator.sandbox import cgroups, disk, gpumemory
 from evaluator.contracts import EvalSettings, EvaluatorError
 from evaluator.hardware import device_memory, visible_gpus
 from evaluator.parent.jail_spec import jail_spec, require_layers
@@ -52,8 +52,13 @@ class Batch:
         planned = compile_plan(settings)
         self.compile_slots, self.compile_why = planned.slots, planned.why
         self.settings = _sized(settings, self.compile_slots + per_device * len(self.gpus))
-        self.root = Path(tempfile.mkdtemp(prefix="kforge-eval-"))  # honours TMPDIR (e.g. /dev/shm for big outputs)
+        disk.sweep(Path(tempfile.gettempdir()))  # the disks of a kforge killed without cleanup
+        # honours TMPDIR (e.g. /dev/shm for big outputs); named for this process, so a later one can tell it is gone
+        self.root = Path(tempfile.mkdtemp(prefix=f"kforge-eval-{os.getpid()}-"))
         self.root.chmod(0o711)  # children running as another uid reach their own folders in it, and list none
+        # the disks of candidates a batch stopped before judging, which an rmtree of the root cannot unmount
+        self.release = weakref.finalize(self, disk.release, self.root)
+        self.disks: dict[Path, dict] = {}  # a candidate's dir -> its disk, as its children's jail specs say it
         self.init_seed = secrets.randbits(31)
         self.trial_seeds = [(f"trial_{i}", secrets.randbits(31)) for i in range(settings.trials)]
         self.timing_seed, self.verify_seed = secrets.randbits(31), secrets.randbits(31)
@@ -80,24 +85,33 @@ class Batch:
         try:
             require_layers(self.root, self.settings.sandbox)
         except EvaluatorError:
-            shutil.rmtree(self.root, ignore_errors=True)
+            self.release()
             raise
 
+    def new_disk(self, path: Path) -> Path:
+        """A candidate's dir: made, with its disk mounted on it (evaluator/sandbox/disk.py), which holds all its
+        compile and candidate children write, each in a dir of its own inside."""
+        path.mkdir(mode=0o711)
+        self.disks[path] = disk.mount(path)
+        return path
+
     def jail(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
-             publish: bool = False, exchange: Path | None = None) -> dict:
+             exchange: Path | None = None) -> dict:
         """The file rules of one child: its scratch writable; its problem and candidate files readable. A child
         of a candidate sees the build cache through its view (buildcache.py): it writes only its own build dir
-        there, which the parent publishes from a compile child (`publish`), and reads the precompiled headers.
-        A reference child, the comparer, builds nothing; it reads the batch's scratch (on CPU the candidates'
-        outputs arrive there as files) and, on CUDA, stays in kforge's PID namespace: legacy CUDA IPC handles are
-        reported not to open between sibling PID namespaces, while one from a namespaced producer opened in a
-        process outside them on the H100 host."""
+        there, which the parent publishes from a compile child, and reads the precompiled headers; its scratch
+        and view lie in its candidate's disk (new_disk).
+        A reference child, the comparer, builds nothing; it reads the batch's scratch and stays in kforge's PID and
+        mount namespaces: on CUDA legacy IPC handles are reported not to open between sibling PID namespaces, while
+        one from a namespaced producer opened in a process outside them on the H100 host; on CPU the candidates'
+        outputs arrive as files in their disks, mounted in kforge's namespace after the comparer started (a
+        private mount namespace would not see them)."""
         if candidate is None:
-            return jail_spec([workdir, build_dir], [problem.path, self.root], namespaces=self.settings.device != "cuda")
-        view = buildcache.view(self.build_root, build_dir, workdir, keep=publish)
+            return jail_spec([workdir, build_dir], [problem.path, self.root], namespaces=False)
+        view = buildcache.view(self.build_root, build_dir, workdir)
         served = [exchange.with_suffix(".in")] if exchange else []  # its forward exchange: inputs read, ctl written
         return jail_spec([workdir], [problem.path, candidate.resolve(), self.build_root / "pch", *served], view=view,
-                         write_files=[exchange] if exchange else None)
+                         write_files=[exchange] if exchange else None) | {"disk": self.disks.get(workdir.parent)}
 
     def tool(self, scratch: Path) -> buildcache.Tool:
         """Runs a compiler in the jail, writing only `scratch` and reading the precompiled headers' folder (the
@@ -169,7 +183,7 @@ class Batch:
         timed_on_cpu = cpu and not publish
         warm = {WARM_GPU: gpu} if self._warms and gpu is not None and not publish else None
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
-                     jail=self.jail(workdir, build_dir, problem, candidate, publish, exchange),
+                     jail=self.jail(workdir, build_dir, problem, candidate, exchange),
                      env=CPU_CHILD_ENV | self._interpreter(candidate) if timed_on_cpu else warm,
                      cores=self.cores[1 if publish else 0], fork=not timed_on_cpu,
                      idle_s=COMPILER_IDLE_S if publish else None, nice=COMPILE_NICE if publish else 0)

@@ -7,11 +7,12 @@ precompiled torch headers (evaluator/child/precompiled.py); `<root>/outcomes/` h
 - Children see the cache through a private overlay (jail.py, layer `cache`) at its own path, so a build's
   absolute paths (in build.ninja) are the same in the compile child, the candidate child and any later batch:
   ninja finds it up to date. Landlock lets a child write only its own build dir there, and read pch/.
-- A compile child's upper layer is kept in its scratch. When it ended well the parent copies its build dir out
-  (regular files, dirs and symlinks only, each file opened without following links; the child's namespace is
-  dead by then, so nothing changes during the walk) into a temporary dir in the cache, owned by the parent and
-  writable by no one else, and renames it into place under a per-key flock: several compile children and
-  several kforge processes may publish the same key, the first wins, nobody sees half a build.
+- A child's upper layer lies in its disk (evaluator/sandbox/disk.py), beside its scratch. When a compile child
+  ended well the parent copies its build dir out (regular files, dirs and symlinks only, each file opened without
+  following links; the child's namespace is dead by then, so nothing changes during the walk) into a temporary
+  dir in the cache, owned by the parent and writable by no one else, and renames it into place under a per-key
+  flock: several compile children and several kforge processes may publish the same key, the first wins, nobody
+  sees half a build.
 - A .gch is compiled by a jailed child of its own whose only inputs are torch's header, the compiler and the
   flags (read from the candidate's source without running it, see precompiled.variant); the parent publishes
   it the same way, under the variant's flock, before the compile child starts.
@@ -85,12 +86,12 @@ def view_dir(workdir: Path) -> Path:
     return workdir.parent / f"{workdir.name}.view"
 
 
-def view(build_root: Path, build_dir: Path, workdir: Path, keep: bool) -> dict:
-    """The jail's `view` of the cache for one child; `keep` (a compile child): its upper layer stays on disk for
-    publish(), else it is a tmpfs that dies with the child."""
+def view(build_root: Path, build_dir: Path, workdir: Path) -> dict:
+    """The jail's `view` of the cache for one child. Its upper layer lies beside its scratch, so in its disk
+    (evaluator/sandbox/disk.py): publish() reads a compile child's there, and it goes with the disk."""
     (build_root / "pch").mkdir(parents=True, exist_ok=True)
     view_dir(workdir).mkdir(parents=True, exist_ok=True)
-    return {"root": str(build_root), "own": str(build_dir), "dir": str(view_dir(workdir)), "keep": keep}
+    return {"root": str(build_root), "own": str(build_dir), "dir": str(view_dir(workdir))}
 
 
 @contextmanager

@@ -1,12 +1,16 @@
-"""The compile side of a batch: a candidate prepared (static checks, its bytes in its scratch), compiled once per
-build key in a jailed compile child (or answered from what the cache recorded), and its scratch removed after."""
+"""The compile side of a batch: a candidate prepared (static checks, its bytes in its disk), compiled once per
+build key in a jailed compile child (or answered from what the cache recorded), and its scratch removed after.
+
+A candidate's dir, `candNNNNN`, is its disk (Batch.new_disk, evaluator/sandbox/disk.py), which holds what all its
+children write:
+  src/         its bytes, written by the parent (read-only to its children)
+  compile/     the compile child's scratch (its HOME and TMPDIR, its log); compile.view/ its layer of the cache
+  candNNNNN/   the candidate child's scratch (Prepared.workdir: its log, the outputs it hands over on CPU in out/);
+               candNNNNN.view/ its layer of the cache"""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import shutil
 import time
 from pathlib import Path
 
@@ -15,6 +19,7 @@ from pydantic import BaseModel
 from evaluator.contracts import CandidateJob, Evidence, Status, Verdict
 from evaluator.parent import buildcache
 from evaluator.parent.batch import Batch, build_key
+from evaluator.sandbox import disk
 from evaluator.sandbox.results import ChildResult
 from evaluator.sandbox.spawn import LOG
 from evaluator.static import check_source
@@ -27,12 +32,12 @@ _log = logging.getLogger(__name__)
 class Prepared(BaseModel):
     job: CandidateJob
     build_dir: Path
-    workdir: Path
+    workdir: Path  # the candidate child's scratch, in the candidate's disk
 
     @property
     def candidate(self) -> Path:
-        """The job's bytes, written into its scratch by the parent: what its children import and judge."""
-        return self.workdir / "src" / self.job.path.name
+        """The job's bytes, written into its disk by the parent: what its children import and judge."""
+        return self.workdir.parent / "src" / self.job.path.name
 
 
 def prepare(batch: Batch, job: CandidateJob, index: int) -> Prepared | Verdict:
@@ -53,9 +58,9 @@ def prepare(batch: Batch, job: CandidateJob, index: int) -> Prepared | Verdict:
     if check.cpu_only and settings.device == "cuda":
         return Verdict.of(job, settings, Status.SKIPPED,
                         evidence=Evidence(stage="parse", cause="skipped: CPU-only extension (load_inline without cuda_sources); use --device cpu"))
-    prep = Prepared(job=job, build_dir=batch.build_root / build_key(job.text, settings.device),
-                     workdir=batch.root / f"cand{index:05d}")
-    prep.candidate.parent.mkdir(parents=True)
+    own = batch.new_disk(batch.root / f"cand{index:05d}")
+    prep = Prepared(job=job, build_dir=batch.build_root / build_key(job.text, settings.device), workdir=own / own.name)
+    prep.candidate.parent.mkdir()
     prep.candidate.write_bytes(job.source)
     return prep
 
@@ -80,14 +85,14 @@ def _compile_child(batch: Batch, prep: Prepared, memo: buildcache.CompileRecord)
         batch.headers.submit(_prepare_headers, batch, prep)  # built beside the .cu, off its critical path)
     else:  # CPU: nothing may compile while a candidate is timed
         _prepare_headers(batch, prep)
-    workdir = prep.workdir / "compile"
+    workdir = prep.workdir.parent / "compile"
     result = batch.run("compile", prep.job.problem, workdir, prep.build_dir, prep.candidate)
     outcome = _ended_badly(batch, result)
     if outcome is None and _published(workdir, prep):
         memo.record_built()
     elif outcome is not None and outcome.status is Status.COMPILE_ERROR and not result.cancelled:
         memo.record_failure(result)
-    free(workdir)
+    clear(workdir)
     return result
 
 
@@ -109,25 +114,18 @@ def _ended_badly(batch: Batch, result: ChildResult) -> Outcome | None:
     return ended_badly(result, batch.settings.limits.timeout_s, 0)
 
 
-def free(workdir: Path) -> None:
-    """A child's scratch and its view of the cache, removed once it ended (a compile child's build published
-    first): what it wrote holds the disk no longer than the child, not until the batch ends. Its log stays."""
+def clear(workdir: Path) -> None:
+    """A compile child's scratch and its view of the cache, removed once it ended (its build published first):
+    what it wrote holds its candidate's disk no longer than the child, leaving the room to the candidate child. Its
+    log stays."""
     for path in [*(p for p in workdir.iterdir() if p.name != LOG), buildcache.view_dir(workdir)]:
-        _remove(path)
+        disk.remove(path)
 
 
-def _remove(path: Path) -> None:
-    """rmtree, also of dirs left at mode 000 (overlayfs's work dir, or a child's own), which a parent without root
-    could not list. The child's processes are gone: nothing swaps a dir for a link meanwhile."""
-    for top, dirs, _ in os.walk(path):
-        for name in dirs:
-            if not os.path.islink(os.path.join(top, name)):
-                with contextlib.suppress(OSError):
-                    os.chmod(os.path.join(top, name), 0o700)
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
+def free(workdir: Path) -> None:
+    """A candidate's files, once its verdict is made (`workdir`: Prepared.workdir): its disk released with all its
+    children wrote, their logs included."""
+    disk.release(workdir.parent)
 
 
 def _published(workdir: Path, prep: Prepared) -> bool:
@@ -145,10 +143,13 @@ def _already_built(prep: Prepared) -> ChildResult:
     """What a compile child that found the build in place reports, without starting one."""
     now = time.monotonic()
     messages = [{"event": "compiled", "seconds": 0.0, "cache_hit": True, "steps": {}, "_t": now}, {"event": "done", "_t": now}]
-    return ChildResult(messages=messages, returncode=0, started=now, log_path=prep.workdir / "compile" / LOG)
+    return ChildResult(messages=messages, returncode=0, started=now, log_path=prep.workdir.parent / "compile" / LOG)
 
 
 def compile_failure(batch: Batch, prep: Prepared, compiled: ChildResult) -> Verdict | None:
-    """A failed compile is judged at once and waits for no device."""
+    """A failed compile is judged at once and waits for no device; its candidate's files are freed with it."""
     failed = _ended_badly(batch, compiled)
-    return Verdict.of(prep.job, batch.settings, failed.status, evidence=failed.evidence) if failed else None
+    if failed is None:
+        return None
+    free(prep.workdir)
+    return Verdict.of(prep.job, batch.settings, failed.status, evidence=failed.evidence)

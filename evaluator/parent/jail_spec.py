@@ -9,9 +9,10 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from evaluator.sandbox import cgroups
+from evaluator.sandbox import cgroups, disk
 from evaluator.contracts import EvaluatorError, Limits
 from evaluator.sandbox.spawn import ROOT, jailed, scrubbed_env
 
@@ -65,14 +66,24 @@ _PROBE = ("import json, os, runpy; f = runpy.run_path(os.environ['KFORGE_CONFINE
 
 
 def probe_layers(scratch: Path) -> dict[str, str]:
-    """Which sandbox layers a jailed child gets on this machine: each 'on', or 'off: why'. It runs in a folder of
-    its own inside `scratch`, which must be traversable by the child uid (a batch's root is)."""
+    """Which sandbox layers a jailed child gets on this machine: each 'on', or 'off: why'. It runs as a candidate
+    child does, in a disk of its own (evaluator/sandbox/disk.py) inside `scratch`, which must be traversable by the
+    child uid (a batch's root is)."""
+    own = Path(tempfile.mkdtemp(prefix="probe-", dir=scratch))  # probes of several batches may share `scratch`
+    own.chmod(0o711)
+    try:
+        return _probe(own, disk.mount(own))
+    finally:
+        disk.release(own)
+
+
+def _probe(own: Path, in_disk: dict) -> dict[str, str]:
     from evaluator.parent import buildcache  # torch comes with it: only where a probe runs
 
-    scratch = scratch / "probe"
-    scratch.mkdir(exist_ok=True)
-    view = buildcache.view(scratch.parent / "probe-builds", scratch.parent / "probe-builds" / "key", scratch, keep=False)
-    spec = jail_spec([scratch], [], view=view)
+    scratch = own / "run"
+    scratch.mkdir()
+    view = buildcache.view(own.parent / "probe-builds", own.parent / "probe-builds" / "key", scratch)
+    spec = jail_spec([scratch], [], view=view) | {"disk": in_disk}
     limits = Limits()
     group, said = cgroups.for_child(limits.processes, limits.memory_mb)
     cmd = jailed(spec, [sys.executable, "-c", _PROBE], group, said)

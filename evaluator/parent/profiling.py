@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from evaluator.parent import buildcache
+from evaluator.sandbox import disk
 from evaluator.contracts import CandidateJob, EvalSettings, EvaluatorError, KernelProfile, Profile
 from evaluator.parent.jail_spec import jail_spec, require_layers
 from evaluator.protocol import ProfileRequest
@@ -68,7 +69,8 @@ def profile(job: CandidateJob, settings: EvalSettings, median_ms: float | None =
     build_dir = build_root / build_key(job.text, "cuda")
     if not any(build_dir.rglob("*.so")):
         return Profile(said="no build of this candidate in the cache (it is profiled after its evaluation)")
-    scratch = Path(tempfile.mkdtemp(prefix="kforge-profile-", dir=scratch_parent()))
+    disk.sweep(Path(scratch_parent()))  # the disks of a kforge killed without cleanup
+    scratch = Path(tempfile.mkdtemp(prefix=f"kforge-profile-{os.getpid()}-", dir=scratch_parent()))
     scratch.chmod(0o711)  # as a batch's root: a child running as another uid reaches its own folder in it
     try:
         require_layers(scratch, settings.sandbox)
@@ -76,7 +78,7 @@ def profile(job: CandidateJob, settings: EvalSettings, median_ms: float | None =
     except EvaluatorError as exc:
         return Profile(said=str(exc))
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        disk.release(scratch)  # with the profile child's disk
 
 
 def scratch_parent() -> str:
@@ -97,13 +99,17 @@ def _run(job: CandidateJob, settings: EvalSettings, ncu: Path, build_root: Path,
          gpu: str, median_ms: float | None) -> Profile:
     from evaluator.parent.leases import Lease
 
-    src = workdir / "src" / job.path.name
-    src.parent.mkdir(parents=True)
+    own, workdir = workdir, workdir / "run"  # its disk (evaluator/sandbox/disk.py), and its scratch in it
+    own.mkdir(mode=0o711)
+    in_disk = disk.mount(own)
+    src = own / "src" / job.path.name
+    src.parent.mkdir()
     src.write_bytes(job.source)  # the job's bytes, as the runner hands them to a candidate child
     problem = job.problem
-    view = buildcache.view(build_root, build_dir, workdir, keep=False)
+    view = buildcache.view(build_root, build_dir, workdir)
     ncu_home = ncu.resolve().parent  # ncu's own files (its sections, its injection libraries)
-    spec = jail_spec([workdir], [problem.path, src, build_root / "pch", ncu_home], view=view) | {"profile": True}
+    spec = jail_spec([workdir], [problem.path, src, build_root / "pch", ncu_home], view=view)
+    spec |= {"profile": True, "disk": in_disk}
     limits = settings.limits.model_copy(update={"timeout_s": budget_s(median_ms, settings.limits.timeout_s)})
     log = workdir / "ncu.csv"
     runner = [str(ncu), "--metrics", ",".join(METRICS), "--csv", "--log-file", str(log), "--target-processes", "all",

@@ -12,8 +12,10 @@ Layers, each enforced by the kernel and each reported (a missing one is named, n
   outside the jail.
 - cache: the build cache is seen through a private overlay whose lower layer is the cache and whose upper layer is
   a folder of the child's own: the child writes only its own build dir in it, and nothing it writes reaches the cache.
-  The trusted parent publishes a compile child's upper layer after it ended well; a candidate child's is a tmpfs
-  that dies with it. Precompiled headers (pch/) are read-only.
+  The trusted parent publishes a compile child's upper layer after it ended well; a candidate child's is removed
+  with its disk. Precompiled headers (pch/) are read-only.
+- disk: everything the child may write (its scratch, its view's upper layer) lies in its candidate's disk, a tmpfs
+  of the disk quota that kforge mounted (evaluator/sandbox/disk.py): checked here, in the child's own namespace.
 - identity: when kforge runs as root and everything the child reads is reachable by another uid, the child runs
   as that uid (nobody, 65534): root-owned files stay closed even where a path rule were missed. Its writable
   dirs are handed to that uid first.
@@ -45,7 +47,6 @@ _SHM_SIZE = "2g"  # the profile's /dev/shm: ncu's buffers, counted in the child'
 _PROFILE_SPEC = "KFORGE_PROFILE_SPEC"  # the profile jail's rules, for the target's own layer
 NO_PROFILE_JAIL = 126  # the profile variant could not build its walls: nothing ran
 _MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x4000, 1 << 18, 2, 4, 8
-_SCRATCH_VIEW_SIZE = "4g"  # a candidate child's writes to its build dir (a rebuild, torch's lock): RAM, gone with it
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 1, 24, 38, 47, 4
 _LAST_CAP = 63
 _CAPABILITY_VERSION_3 = 0x20080522  # capset's header: two 32-bit words per set
@@ -85,14 +86,12 @@ def _mount(source: str, target: str, fstype: str, options: str) -> None:
 
 def _cache_view(spec: dict) -> str:
     """The build cache as this child sees it: an overlay whose lower layer is the cache and whose upper layer is
-    the view folder (kept on disk for a compile child, whose build the parent publishes; a tmpfs otherwise), so
-    nothing the child writes under the cache root reaches the cache. Its own build dir is made in the view."""
+    the view folder (in the child's disk, where the parent publishes a compile child's build from), so nothing the
+    child writes under the cache root reaches the cache. Its own build dir is made in the view."""
     view = spec["view"]
     upper, work = os.path.join(view["dir"], "upper"), os.path.join(view["dir"], "work")
     if any(c in p for p in (view["root"], view["dir"]) for c in ",:\\ \n"):
         raise OSError(0, "a path of the cache or the view holds a character overlay options cannot carry")
-    if not view["keep"]:
-        _mount("tmpfs", view["dir"], "tmpfs", f"size={_SCRATCH_VIEW_SIZE},mode=0700")
     os.makedirs(upper, exist_ok=True)
     os.makedirs(work, exist_ok=True)
     userxattr = ",userxattr" if spec.get("user_namespace") else ""
@@ -117,6 +116,20 @@ def _own_build_dir(spec: dict, why_not: str = "") -> str:
     if "uid" in spec["identity"]:
         _chown_tree(view["own"], spec["identity"])
     return said
+
+
+def _disk(spec: dict) -> str:
+    """The disk layer: what kforge said of the child's disk, once each dir the child may write (its scratch, its
+    view's upper layer) is seen in this namespace to lie in it, and it is no larger than the quota."""
+    disk = spec.get("disk") or {"said": "off: no disk of its own (a trusted child): its files are watched from outside"}
+    if "dir" not in disk:
+        return disk["said"]
+    own, fs = os.stat(disk["dir"]).st_dev, os.statvfs(disk["dir"])
+    writes = [*spec["write"], *([spec["view"]["dir"]] if spec.get("view") else [])]
+    outside = [p for p in writes if os.stat(p).st_dev != own]
+    if outside or fs.f_blocks * fs.f_frsize > disk["bytes"] or fs.f_files > disk["entries"]:
+        return f"off: {(outside or [disk['dir']])[0]} is not in a tmpfs of the disk quota"
+    return disk["said"]
 
 
 def _drop_capabilities() -> None:
@@ -206,6 +219,7 @@ def _inside(spec: dict, run: Callable[[], None]) -> None:
     except OSError as exc:
         layers["proc"] = f"off: {exc}"
     layers["cache"] = _own_build_dir(spec, why_not="" if layers["proc"] == "on" else "no private mounts")
+    layers["disk"] = _disk(spec)
     if spec.get("profile"):
         layers |= _profile_walls(spec, layers["proc"])
         os.environ[_PROFILE_SPEC] = json.dumps(spec)
@@ -277,6 +291,7 @@ def _forward(pid: int):
 def _run_here(spec: dict, run: Callable[[], None], why: str) -> None:
     """Without namespaces (the CUDA comparer, or a kernel that refuses them): the other walls, then the child."""
     layers = {"pid": why, "proc": why, "cache": _own_build_dir(spec, why_not=why.removeprefix("off: "))}
+    layers["disk"] = _disk(spec)
     _drop_capabilities()
     layers |= {"caps": "on", "landlock": _landlock(spec), "resources": spec["resources"]}
     os.environ["KFORGE_JAIL"] = json.dumps(layers | {"identity": _become(spec)})
@@ -317,7 +332,8 @@ def enter(spec: dict, run: Callable[[], None]) -> None:
     if not spec.get("namespaces", True):  # the CUDA comparer: legacy IPC handles do not cross PID namespaces
         if profile:
             _no_profile("the spec asks for no namespaces")
-        _run_here(spec, run, "off: the comparer stays in kforge's PID namespace (CUDA IPC handles do not cross them)")
+        _run_here(spec, run, "off: the comparer stays in kforge's namespaces (CUDA IPC handles do not cross PID "
+                             "namespaces; on CPU it reads candidates' disks mounted after it started)")
     if os.geteuid() != 0:
         try:
             _own_user_namespace()

@@ -45,6 +45,9 @@ _PR_SET_PDEATHSIG = 1
 TOKEN_VAR = "KFORGE_CHILD_TOKEN"  # marks every process a child starts, so none can outlive it unnoticed
 _TOKEN_LEN = 32
 LOG = "child.log"  # in a child's scratch: its stdout and stderr, shown only as evidence
+# The log's first bytes, allocated before the child starts (its size stays 0): a child that fills its disk, where
+# its log lies (evaluator/sandbox/disk.py), still leaves its last words there (a traceback).
+_LOG_ROOM, _FALLOC_FL_KEEP_SIZE = 1 << 20, 1
 def scrubbed_env(workdir: Path, build_dir: Path, token: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     env.update(
@@ -261,6 +264,7 @@ class Child:
         self.cgroup, said = cgroups.for_child(limits.processes, limits.memory_mb) if jail else (None, "")
         env = scrubbed_env(workdir, build_dir, self.token) | (env or {})
         with open(self.result.log_path, "wb") as log:
+            ctypes.CDLL(None).fallocate(log.fileno(), _FALLOC_FL_KEEP_SIZE, ctypes.c_long(0), ctypes.c_long(_LOG_ROOM))
             self.proc = _forked({"cwd": str(workdir), "env": env, "jail": jail and _joining(jail, self.cgroup, said),
                                  "limits": limits.model_dump(), "cap_address_space": cap_address_space,
                                  "cores": sorted(cores or []), "nice": nice}, [log.fileno(), req_r, res_w]) \
@@ -278,14 +282,7 @@ class Child:
         self._lock = threading.Lock()  # the reader thread answers handoffs while the caller may send
         self._reader = threading.Thread(target=self._read, args=(res_r,), daemon=True)
         self._reader.start()
-        self._watch = self._watching(jail, idle_s) if jail else None
-
-    def _watching(self, jail: dict, idle_s: float | None) -> budgets.Watch:
-        """The watch of what the jail lets it write: its scratch and the upper layer of its view of the cache (its
-        own build dir there is the cache's, seen through that view)."""
-        view = jail.get("view") or {}
-        writes = [Path(p) for p in [*jail["write"], *filter(None, [view.get("dir")])]]
-        return budgets.Watch(self.pids, writes, [*writes, *filter(None, [view.get("own")])], idle_s)
+        self._watch = budgets.Watch.of(jail, self.pids, idle_s) if jail else None
 
     def pids(self) -> list[int]:
         """Its processes: those in its cgroup, else those carrying its token."""
@@ -377,6 +374,8 @@ class Child:
             _stop(self.proc)
             self.result.returncode = self.proc.wait()
             self.result.stragglers = _kill_stragglers(self.token)
+            if self._watch and not self.result.over:  # what it left on disk, read once nothing of it runs
+                self.result.over = self._watch.at_end(self.result.stage)
             if self.cgroup:
                 self.result.memory_exceeded |= self.cgroup.oom_killed()
                 self.cgroup.close()
