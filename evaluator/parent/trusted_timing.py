@@ -26,9 +26,8 @@ from evaluator.child.trials import TIMED
 from evaluator.protocol import Arm, Call, Fill, Timing
 from evaluator.sandbox import memory
 from evaluator.sandbox.cgroups import FreezeIncomplete
-from evaluator.statistics import tight
 from evaluator.verdict.checks import CHECKED
-from evaluator.verdict.pacing import MIN_PAIRS, Paired
+from evaluator.verdict.pacing import Paired
 
 _PAIRS, _LEAST = 10, 20  # rounds the budget must hold at least; reps before the interval may stop them
 _ESTIMATE_MS = 100.0
@@ -96,8 +95,8 @@ def _meta(out: exchange.Output) -> dict:
 def _snapshot(pid: int, outputs: list[exchange.Output]) -> bytes:
     """The plain outputs' elements, read from the server's memory, as contiguous raw bytes back to back."""
     parts = []
-    for ptr, dtype, shape, strides in outputs:
-        out = exchange.Output((ptr, dtype, shape, strides))
+    for out in outputs:
+        ptr, dtype, shape, strides = out
         if dtype is None or not out.nbytes_span:
             continue
         raw = memory.read_range(pid, ptr, out.nbytes_span)
@@ -284,7 +283,7 @@ class TrustedTiming:
                 self._reference_block(first, n, least, hold)
             paired.candidate.append(block)
             samples += block
-            if len(samples) >= least and self._settled():
+            if len(samples) >= least and paired.settled(s.rel_ci):
                 break
             if (time.monotonic() - began) * 1e3 > 4 * self.rep_ms + 1000:
                 break
@@ -294,10 +293,3 @@ class TrustedTiming:
             self._keep(f"{TIMED}{k}", outputs, seen)
         self.done.timing = Timing(which="model", samples=samples, untimed_calls=untimed, fresh_inputs=POLICY)
 
-    def _settled(self) -> bool:
-        paired = self.done.paired
-        if paired.void:
-            return True
-        if self.settings.rel_ci is None or len(paired.candidate) < MIN_PAIRS or len(paired.reference) != len(paired.candidate):
-            return False
-        return tight(*paired.ratio(), self.settings.rel_ci)

@@ -54,6 +54,15 @@ class Paired:
         was slow (the coin put the block after it) drop that pair."""
         return not self.failed and not self.void and bool(self.candidate) and self.matches(samples)
 
+    def settled(self, rel_ci: float | None) -> bool:
+        """Whether the rounds may stop: a void pair (no ratio will stand: as soon as they may), or enough pairs with
+        the median ratio's 95 % interval within +-rel_ci of it."""
+        if self.void:
+            return True
+        if rel_ci is None or len(self.candidate) < MIN_PAIRS or len(self.reference) != len(self.candidate):
+            return False
+        return tight(*self.ratio(), rel_ci)
+
     def ratio(self) -> tuple[float, float, float]:
         return paired_ratio(self.reference, self.candidate)
 
@@ -134,10 +143,4 @@ class Pacer:
             self.paired.reference_wall_s += wall
 
     def _settled(self) -> bool:
-        """Enough pairs, and the median ratio's 95 % interval within +-rel_ci of it."""
-        paired = self.paired
-        if paired.void:
-            return True  # no ratio will stand: the rounds stop as soon as they may
-        if self.rel_ci is None or len(paired.candidate) < MIN_PAIRS or len(paired.reference) != len(paired.candidate):
-            return False
-        return tight(*paired.ratio(), self.rel_ci)
+        return self.paired.settled(self.rel_ci)
