@@ -48,11 +48,16 @@ def candidate_line(c: Candidate, run_id: int | None = None) -> dict:
             "completion_tokens": c.usage.completion_tokens, "cost_usd": c.cost_usd}
 
 
+def cached_mark(c: Candidate) -> str:
+    """Says that no call was made for this answer: this run's own from before --resume, or a stored one."""
+    return " (taken back)" if c.taken_back else " (cached)" if c.cached else ""
+
+
 def verdict_line(c: Candidate) -> str:
     """One judged answer for a reader, as it comes: where it sits in the run, its verdict, its SHA prefix."""
     v = c.verdict
     speed = f" {v.speedup:.2f}x" if v and v.speedup is not None else ""
-    said = " (taken back)" if c.taken_back else f" (as {c.duplicate_of[:8]})" if c.duplicate_of else ""
+    said = cached_mark(c) + (f" (as {c.duplicate_of[:8]})" if c.duplicate_of else "")
     sha = f"  {v.solution_sha256[:8]}" if v and v.solution_sha256 else ""
     return f"kforge: {c.problem} turn {c.turn} sample {c.sample} [{c.model}]: {c.status}{speed}{said}{sha}"
 
@@ -78,7 +83,9 @@ def best_table(results: list[RunResult]) -> Table:
         tokens = f"{sum(c.usage.prompt_tokens for c in r.candidates)}/{sum(c.usage.completion_tokens for c in r.candidates)}"
         style = "green" if line["status"] == Status.CORRECT else "red"
         speedup = f"{line['speedup']:.3g}x" if line["speedup"] else "-"
-        table.add_row(r.problem, f"[{style}]{line['status']}[/]", speedup, str(best.turn), str(len(r.candidates)),
+        cached = sum(c.cached for c in r.candidates)
+        table.add_row(r.problem, f"[{style}]{line['status']}[/]{cached_mark(best)}", speedup, str(best.turn),
+                      f"{len(r.candidates)} ({cached} cached)" if cached else str(len(r.candidates)),
                       tokens, Path(line["path"]).name if line["path"] else "-", line["cause"])
     return table
 
@@ -117,6 +124,7 @@ class GenerateOptions:
     related_kernels: Annotated[int, typer.Option("--related", min=0, help="verified kernels of similar problems shown in a problem's first prompts")] = 0
     sol_stop: Annotated[float, typer.Option("--sol-stop", min=0, max=1, help="a problem is done once a kernel reaches this fraction of the speed of light (0: never)")] = 0.9
     profile: Annotated[bool, typer.Option("--profile/--no-profile", help="on a GPU with ncu: profile each round's best correct kernel with Nsight Compute and show its metrics in the next refine prompt")] = True
+    fresh: Annotated[bool, typer.Option("--fresh", help="ask the server again even where the db holds an answer to the same request (the new answers are stored too)")] = False
 
 
 def generate(**given: Any) -> None:
@@ -148,7 +156,8 @@ def _run(o: GenerateOptions) -> tuple[Database, int, list[RunResult]]:
         database, run_id = open_db(o.db_url), o.resume
         spec, meter = runs.resume(database, o.resume, budget)
         problems, provider, llm, settings = _prepare(spec, o.prices)
-    config = spec.config.model_copy(update={"temperature": llm.temperature, "max_tokens": llm.max_tokens})
+    config = spec.config.model_copy(update={"temperature": llm.temperature, "max_tokens": llm.max_tokens,
+                                            "fresh": o.fresh})
     return database, run_id, run_all(provider, database, settings, config, problems, o.json_out, run_id, meter)
 
 
@@ -169,11 +178,16 @@ def _spec(o: GenerateOptions, budget: Budget | None) -> runs.RunSpec:
 
 def _summarize(database: Database, run_id: int, results: list[RunResult], json_out: bool) -> None:
     """What the run said, its best kernels and spend (a table, or with --json one summary object) and how it ended;
-    exit 1 when nothing answered and no budget ended the run."""
-    profiled = [f"{r.problem}: Nsight Compute on {sha[:12]}: {said}" for r in results for sha, said in r.profiles.items()]
-    for message in [e for r in results for e in r.errors] + [f"{r.problem} done: {r.reached}" for r in results if r.reached] + profiled:
-        err.print(f"kforge: {message}", markup=False, highlight=False, soft_wrap=True)
+    when nothing answered and no budget ended the run, one line saying why, and exit 1."""
     reason = next((r.stopped for r in results if r.stopped), None)
+    errors = [e for r in results for e in r.errors]
+    if errors and not reason and not any(r.candidates for r in results):
+        more = f" (and {len(errors) - 1} more failed)" if len(errors) > 1 else ""
+        err.print(f"kforge: error: no answer came: {errors[0]}{more}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    profiled = [f"{r.problem}: Nsight Compute on {sha[:12]}: {said}" for r in results for sha, said in r.profiles.items()]
+    for message in errors + [f"{r.problem} done: {r.reached}" for r in results if r.reached] + profiled + _cached(results):
+        err.print(f"kforge: {message}", markup=False, highlight=False, soft_wrap=True)
     if json_out:
         print(json.dumps(summary_line(database, run_id, results, reason)), flush=True)
     else:
@@ -183,6 +197,13 @@ def _summarize(database: Database, run_id: int, results: list[RunResult], json_o
     err.print(f"kforge: run {run_id} {ending}", markup=False, highlight=False, soft_wrap=True)
     if not any(r.candidates for r in results) and not reason:
         raise typer.Exit(1)
+
+
+def _cached(results: list[RunResult]) -> list[str]:
+    """Why the spend can be smaller than the answers: those stored before cost nothing now."""
+    answers = [c for r in results for c in r.candidates]
+    stored = sum(c.cached and not c.taken_back for c in answers)
+    return [f"{stored} of {len(answers)} answers were stored before (no call made): --fresh asks the server again"] if stored else []
 
 
 def _names(problem: str | None) -> list[str]:

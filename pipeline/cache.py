@@ -1,4 +1,5 @@
-"""Responses cached in the db by request hash: a killed run resumes without paying twice for an answer."""
+"""Responses cached in the db by request hash: a killed run resumes without paying twice for an answer. The key
+holds where the request goes and all that is sent, so an answer is reused only for the very same request."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from db import Database, GenerationRow
 from pipeline.llm import LLMRequest, LLMResponse, Provider, Usage
 
 
-def request_hash(provider: str, model: str, request: LLMRequest) -> str:
-    """Identical provider, model, messages and parameters (sample index included) mean an identical request."""
-    material = {"provider": provider, "model": model, "messages": request.messages, "params": request.params()}
+def request_hash(provider: Provider, request: LLMRequest) -> str:
+    """Identical provider, endpoint, body (model, messages, sampling parameters) and draw (sample, turn) mean an
+    identical request."""
+    material = {"provider": provider.name, "endpoint": provider.endpoint, "body": provider.body(request),
+                "draw": request.draw()}
     return hashlib.sha256(json.dumps(material, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 

@@ -15,7 +15,7 @@ class LLMError(RuntimeError):
 
 
 class LLMRequest(BaseModel):
-    """One chat completion to ask for; sample and turn make N draws of one prompt distinct requests."""
+    """One chat completion to ask for; sample and turn make N draws of one prompt N requests."""
 
     problem: str
     messages: list[dict[str, Any]]
@@ -24,10 +24,10 @@ class LLMRequest(BaseModel):
     temperature: float | None = None
     max_tokens: int | None = None
 
-    def params(self) -> dict[str, Any]:
-        """What, besides provider, model and messages, decides the answer (and so the cache key): a later turn that
-        repeats a conversation (its parent is still the best) must draw afresh, not get the earlier answers back."""
-        return {"sample": self.sample, "turn": self.turn, "temperature": self.temperature, "max_tokens": self.max_tokens}
+    def draw(self) -> dict[str, int]:
+        """Which draw of its body this is (part of the cache key): the N samples of one prompt are N answers, and a
+        later turn that repeats a conversation (its parent is still the best) draws afresh."""
+        return {"sample": self.sample, "turn": self.turn}
 
 
 class LLMResponse(BaseModel):
@@ -42,6 +42,11 @@ class LLMResponse(BaseModel):
 class Provider(Protocol):
     name: str
     model: str
+    endpoint: str  # where answers come from (a server's URL): the same body sent elsewhere is another request
+
+    def body(self, request: LLMRequest) -> dict[str, Any]:
+        """Everything sent that decides the answer (model, messages, every sampling parameter): the cache key's."""
+        ...
 
     def complete(self, request: LLMRequest) -> LLMResponse: ...
 
@@ -76,12 +81,17 @@ class OpenAIChat:
         self._errors = (openai.APIStatusError, openai.APIError)
         self.client = openai.OpenAI(base_url=settings.base_url, api_key=key, timeout=settings.timeout_s,
                                     max_retries=settings.max_retries)
+        self.endpoint = str(self.client.base_url)  # as the client resolved it: no --base-url is OpenAI's (or $OPENAI_BASE_URL)
+
+    def body(self, request: LLMRequest) -> dict[str, Any]:
+        """The create() arguments, so what is sent and what the cache key holds cannot drift apart."""
+        extra = {k: v for k, v in (("temperature", request.temperature), ("max_tokens", request.max_tokens)) if v is not None}
+        return {"model": self.model, "messages": request.messages, **extra}
 
     def complete(self, request: LLMRequest) -> LLMResponse:
-        extra = {k: v for k, v in (("temperature", request.temperature), ("max_tokens", request.max_tokens)) if v is not None}
         start = time.monotonic()
         try:
-            reply = self.client.chat.completions.create(model=self.model, messages=request.messages, **extra)
+            reply = self.client.chat.completions.create(**self.body(request))
         except self._errors[0] as exc:
             raise LLMError(f"{self.client.base_url} answered HTTP {exc.status_code}: {_first_line(exc.message)}") from None
         except self._errors[1] as exc:  # connection refused, timeout, malformed answer

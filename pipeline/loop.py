@@ -55,6 +55,8 @@ class RunConfig(BaseModel):
     # speed of light (evaluator.contracts.SpeedOfLight); None: never
     bandit: BanditConfig = Field(default_factory=BanditConfig)  # how several models or temperatures share requests
     profile: bool = True  # on CUDA: profile each round's best correct candidate with ncu for the next refine prompt
+    fresh: bool = Field(False, exclude=True)  # ask the server even where the db holds an answer to the same request
+    # (still stored); asked of one invocation, never stored with the run
 
 
 class Candidate(BaseModel):
@@ -62,7 +64,7 @@ class Candidate(BaseModel):
     turn: int
     sample: int
     generation_id: int
-    cached: bool
+    cached: bool  # an answer stored before (by an earlier run, or this one before --resume): no call was made for it
     model: str
     arm: int = 0
     usage: Usage
@@ -260,9 +262,9 @@ class Loop:
     def _answer(self, request: LLMRequest, slot: Slot, provider: Provider,
                 key: str) -> tuple[LLMResponse, int | None, str | None]:
         """(response, stored generation id or None when it is new, the parent it was written for): any stored
-        answer to the identical request, else a paid call."""
+        answer to the identical request (unless config.fresh), else a paid call."""
         parent_sha = slot.parent.sha256 if slot.parent else None
-        if hit := cache.lookup(self.database, key):
+        if not self.config.fresh and (hit := cache.lookup(self.database, key)):
             return hit[0], hit[1], parent_sha
         self.meter.admit()
         try:
@@ -281,7 +283,7 @@ class Loop:
 
     def _draw(self, problem: Problem, request: LLMRequest, slot: Slot) -> Candidate:
         provider = self.bandit.arms[slot.arm].provider
-        key = cache.request_hash(provider.name, provider.model, request)
+        key = cache.request_hash(provider, request)
         taken_back = self._taken_back(request)
         response, generation_id, parent_sha = taken_back or self._answer(request, slot, provider, key)
         extraction = extract(response.text, response.finish_reason)

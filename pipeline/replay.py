@@ -36,10 +36,15 @@ class ReplayProvider:
 
     def __init__(self, directory: Path, model: str = "replay", solutions: Path = SOLUTIONS) -> None:
         self.directory = Path(directory)
+        self.endpoint = str(self.directory.resolve())
         self.model = model
         self.index = load_index(self.directory, solutions)
         if not self.index:
             raise LLMError(f"no recordings found in {self.directory} (no index.json, no seed provenance in {solutions})")
+
+    def body(self, request: LLMRequest) -> dict[str, str]:
+        """What picks a recording, beside the draw: the messages do not."""
+        return {"model": self.model, "problem": request.problem}
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         files = self.index.get(request.problem, [])
