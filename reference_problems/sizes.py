@@ -6,9 +6,11 @@ two, rounded down and never below SCALED_FROM; smaller ones (kernel sizes, strid
 values. One value always becomes the same one and a larger one never a smaller one, so equal constants stay equal
 and their order holds. Constants computed from others (`bias_shape = (out_channels, 1, 1)`) are computed again
 from the scaled ones. The least power that brings the inputs get_inputs makes within INPUT_BUDGET elements and
-every constant within MAX_CONSTANT is the small size. On KernelBench's 250 files the model runs at it in all but a
-few (a network whose layers shrink a fixed image to nothing); whether it does is found by its reference, which is
-kforge's side: a failure there is `reference_error`, never the candidate's."""
+every constant within MAX_CONSTANT is the small size. A constant the model is not told (get_inputs reads it, get_init_inputs does not) keeps its value where the
+code is built for that value: a default argument holds it (`img_size=224`), or the model pools by a fixed window
+(`nn.AvgPool2d(7)`: a global pool of the one image size its layers bring to 7). The model runs at the result on
+every KernelBench file whose inputs' sizes are read from its constants; whether it does is found by its
+reference, which is kforge's side: a failure there is `reference_error`, never the candidate's."""
 
 from __future__ import annotations
 
@@ -86,13 +88,13 @@ def _assignments(tree: ast.Module) -> list[tuple[list[str], ast.AST]]:
     return found
 
 
-def constants(tree: ast.Module, shift: int = 0) -> dict[str, Any]:
-    """The module's shape constants at a shift (0: as written); one that cannot be read is left out, and so is
-    anything computed from it."""
+def constants(tree: ast.Module, shift: int = 0, kept: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The module's shape constants at a shift (0: as written), those named in `kept` as written; one that cannot be
+    read is left out, and so is anything computed from it."""
     env: dict[str, Any] = {}
     for names, node in _assignments(tree):
         try:
-            value = _scaled(node, env, shift)
+            value = _scaled(node, env, 0 if kept & set(names) else shift)
         except (Unknown, ArithmeticError, TypeError, ValueError):
             for name in names:
                 env.pop(name, None)
@@ -103,6 +105,55 @@ def constants(tree: ast.Module, shift: int = 0) -> dict[str, Any]:
 
 def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
     return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def _names(function: ast.FunctionDef | None) -> set[str]:
+    return {n.id for n in ast.walk(function) if isinstance(n, ast.Name)} if function else set()
+
+
+def _int(node: ast.AST | None) -> int | None:
+    ok = isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool)
+    return node.value if ok else None
+
+
+def _defaults(tree: ast.Module) -> set[int]:
+    """The integers the file's functions and methods take by default (`img_size=224`)."""
+    return {v for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.Lambda))
+            for v in map(_int, [*f.args.defaults, *f.args.kw_defaults]) if v is not None}
+
+
+def _pools_by_fixed_window(tree: ast.Module) -> bool:
+    """Whether a layer pools by a window written into the code, wider than the 2 and 3 that pool locally and
+    stepping by itself (`nn.AvgPool2d(7)`): a global pool of the size the layers before it make of one input size."""
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and "Pool" in call.func.attr
+                and not call.func.attr.startswith("Adaptive")):
+            continue
+        given = {k.arg: k.value for k in call.keywords}
+        window = _int(call.args[0] if call.args else given.get("kernel_size"))
+        if window is not None and window > 3 and len(call.args) < 2 and "stride" not in given:
+            return True
+    return False
+
+
+def _spatial(tree: ast.Module) -> set[str]:
+    """The names that size get_inputs' tensors past their first two dimensions (batch, channels): what a pool reads."""
+    function = _function(tree, "get_inputs")
+    names: set[str] = set()
+    for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)) if function else ():
+        dims = call.args[0].elts if len(call.args) == 1 and isinstance(call.args[0], (ast.Tuple, ast.List)) else call.args
+        names |= {n.id for d in dims[2:] for n in ast.walk(d) if isinstance(n, ast.Name)}
+    return names
+
+
+def kept_as_written(tree: ast.Module, full: dict[str, Any]) -> frozenset[str]:
+    """The constants the model is not told (get_inputs reads them, get_init_inputs does not) that its code is built
+    for: each whose value a default argument holds, and where the model pools by a fixed window, each that sizes
+    what it pools."""
+    untold = _names(_function(tree, "get_inputs")) - _names(_function(tree, "get_init_inputs"))
+    sizes = {k for k in untold & full.keys() if isinstance(full[k], int) and full[k] >= SCALED_FROM}
+    pooled = _spatial(tree) if _pools_by_fixed_window(tree) else set()
+    return frozenset(k for k in sizes if full[k] in _defaults(tree) or k in pooled)
 
 
 def _shape(call: ast.Call, env: dict[str, Any]) -> tuple[int, ...]:
@@ -148,22 +199,25 @@ def _listed(value: Any) -> Any:
 
 
 def derive(tree: ast.Module) -> dict[str, Any]:
-    """The changed constants of the least scaling that fits the budget; raises Unknown with why there is none:
-    nothing to scale, input sizes that are not read from the constants, or inputs that stay over
-    REFUSED_OVER times the budget however far the constants shrink (sizes written into the code)."""
+    """The constants of the least scaling that fits the budget: each changed one, and each kept as written
+    (kept_as_written) that it would have changed; raises Unknown with why there is none: nothing to scale, input
+    sizes that are not read from the constants, or inputs that stay over REFUSED_OVER times the budget however far
+    the constants shrink (sizes written into the code)."""
     full = constants(tree)
     if max(_ints(full), default=0) < SCALED_FROM:
         raise Unknown(f"no module-level integer constant of at least {SCALED_FROM} to scale")
     input_elements(tree, full)  # raises where the inputs' sizes are not read from the constants
+    kept = kept_as_written(tree, full)
     env, elements = full, 0
     for shift in range(_SHIFTS + 1):
-        env = constants(tree, shift)
+        env = constants(tree, shift, kept)
         elements = input_elements(tree, env)
         if elements <= INPUT_BUDGET and max(_ints(env), default=0) <= MAX_CONSTANT:
             break
     if elements > REFUSED_OVER * INPUT_BUDGET:
         raise Unknown(f"its inputs keep {elements:,} elements at the smallest its constants go")
-    return {k: _listed(v) for k, v in env.items() if full.get(k) != v}
+    held = {k for k in kept if _shrunk(full[k], shift) != full[k]}  # named: the size says what it kept
+    return {k: _listed(v) for k, v in env.items() if full.get(k) != v or k in held}
 
 
 def derive_small(tree: ast.Module) -> tuple[dict[str, Any], str]:

@@ -92,6 +92,52 @@ def get_init_inputs():
 '''
 
 
+# level3/29_SwinMLP.py's shape: the model is built for the image size its default argument holds, and refuses another
+DEFAULT_IMAGE = HEADER + '''class Model(nn.Module):
+    def __init__(self, img_size=64):
+        super().__init__()
+        self.img_size = img_size
+
+    def forward(self, x):
+        assert x.shape[-1] == self.img_size, f"input {x.shape[-1]} does not match the model's {self.img_size}"
+        return x.mean()
+
+batch_size = 256
+image_size = 64
+
+def get_inputs():
+    return [torch.rand(batch_size, 3, image_size, image_size)]
+
+def get_init_inputs():
+    return []
+'''
+
+# level3/19_MobileNetV1.py's shape: strided layers bring 64 to 8, a fixed window pools the 8 x 8 to one, a Linear
+# reads one value per channel
+FIXED_POOL = HEADER + '''class Model(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 16, 3, 8, 1), nn.AvgPool2d(8))
+        self.fc = nn.Linear(16, num_classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).view(x.size(0), -1))
+
+batch_size = 512
+height = 64
+width = 64
+num_classes = 1000
+
+def get_inputs():
+    return [torch.rand(batch_size, 3, height, width)]
+
+def get_init_inputs():
+    return [num_classes]
+'''
+
+KERNELBENCH = Path(__file__).resolve().parents[2] / "shared" / "kernelbench"  # a checkout beside the repo, where there is one
+
+
 def kernelbench(root: Path, files: dict[str, str]) -> Path:
     """A KernelBench checkout with these level-1 files."""
     (root / "level1").mkdir(parents=True)
@@ -116,11 +162,12 @@ def run_at(problem, size: str) -> list[torch.Tensor]:
 @pytest.fixture(scope="module")
 def problems(tmp_path_factory) -> dict:
     root = kernelbench(tmp_path_factory.mktemp("kb"), {"19_ReLU.py": RELU, "100_HingeLoss.py": HINGE,
-                                                       "3_Conv3d_GroupNorm.py": CONV, "4_Literal.py": LITERAL})
+                                                       "3_Conv3d_GroupNorm.py": CONV, "4_Literal.py": LITERAL,
+                                                       "29_DefaultImage.py": DEFAULT_IMAGE, "19_FixedPool.py": FIXED_POOL})
     return {p.stem: load_problem_file(p) for p in (root / "level1").glob("*.py")}
 
 
-@pytest.mark.parametrize("name", ["19_ReLU", "100_HingeLoss", "3_Conv3d_GroupNorm"])
+@pytest.mark.parametrize("name", ["19_ReLU", "100_HingeLoss", "3_Conv3d_GroupNorm", "29_DefaultImage", "19_FixedPool"])
 def test_a_derived_small_size_runs_within_the_budget(problems, name):
     problem = problems[name]
     assert problem.small_derived and problem.overrides("full") == {}
@@ -137,6 +184,25 @@ def test_derived_sizes_keep_equal_constants_equal_and_small_ones_as_they_are(pro
     conv = problems["3_Conv3d_GroupNorm"].overrides("small")
     assert conv["width"] == conv["height"] and conv["bias_shape"] == [conv["out_channels"], 1, 1, 1]
     assert conv["out_channels"] % 8 == 0 and not {"in_channels", "kernel_size", "num_groups"} & set(conv)
+
+
+def test_an_input_size_the_code_is_built_for_keeps_its_value(problems):
+    """Before: the image was halved like the batch, and the model refused it (a default image size) or pooled it to
+    nothing (a fixed window): reference_error. Now the image keeps its size, the batch alone shrinks, and the
+    size says so."""
+    assert problems["29_DefaultImage"].overrides("small") == {"batch_size": 64, "image_size": 64}
+    assert problems["19_FixedPool"].overrides("small") == {"batch_size": 64, "height": 64, "width": 64, "num_classes": 125}
+    assert problems["19_FixedPool"].size_label("small") == (
+        "small (derived): batch_size=64, height=64, width=64, num_classes=125")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not KERNELBENCH.is_dir(), reason="no KernelBench checkout beside the repo")
+@pytest.mark.parametrize("name", ["19_MobileNetV1", "29_SwinMLP", "30_SwinTransformerV2"])
+def test_kernelbench_networks_built_for_one_image_run_at_their_derived_size(name):
+    problem = load_problem_file(KERNELBENCH / "level3" / f"{name}.py")
+    assert problem.small_derived
+    run_at(problem, "small")
 
 
 def test_a_problem_whose_shapes_cannot_be_scaled_is_refused_at_small(problems):
