@@ -39,7 +39,7 @@ _LOADERS = frozenset({"load", "load_library", "load_inline", "CDLL", "cdll", "Py
 def _syntax_cause(source: str, exc: SyntaxError) -> StaticCheck:
     """Cut off: the text stops inside a construct that code before it opened. A file without a line of code is
     prose, not a candidate (invalid: refused as bad input); code that does not parse is a syntax error."""
-    where = f"line {exc.lineno} of {source.count(chr(10)) + 1}"
+    where = f"line {exc.lineno} of {len(source.splitlines())}"
     if not _CODE_LINE.search(source):
         return StaticCheck(status=Status.INVALID, cause=f"no line of Python code (prose?): SyntaxError {exc.msg} ({where})")
     before = "\n".join(source.splitlines()[:exc.lineno or 0])

@@ -34,7 +34,9 @@ def test_prose_is_no_candidate_code_that_fails_to_parse_is_a_syntax_error_and_cu
     that does not parse is one with a syntax error; a cut-off file leaves open what its code began."""
     prose = check_source("Here is my kernel. It's fast: it uses shared memory.\n")
     assert prose.status is Status.INVALID and prose.cause.startswith("no line of Python code (prose?)")
-    assert check_source("import torch\nclass ModelNew(:\n    pass\n").status is Status.SYNTAX_ERROR
+    broken = check_source("import torch\nclass ModelNew(:\n    pass\n")
+    assert broken.status is Status.SYNTAX_ERROR and broken.cause.endswith("(line 2 of 3)"), broken.cause
+    assert check_source("import torch\nclass ModelNew(:\n").cause.endswith("(line 2 of 2)")  # a last newline is no line
     assert check_source("import torch\nx = load_inline(name='a',\n    cpp_sources='x'").status is Status.TRUNCATED
 
 
