@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from db.engine import guarded
 from db.models import ArchiveCell, Evaluation, EvaluationTally, Generation, Solution
 from db.rows import Removed, SolutionRow, SolutionVerdicts, solution_row
-from db.standings import _BEST, _RANKED, problem_id_of
+from db.standings import problem_id_of, rebest
 
 _CHUNK = 500  # solution ids per statement: SQLite caps the parameters of one statement
 _QUIET = {"synchronize_session": False}  # bulk statements: the session holds none of the rows they change
@@ -56,16 +56,6 @@ def _untally(s: Session, ids: list[int]) -> list[EvaluationTally]:
     return orphaned
 
 
-def _rebest(s: Session, tally: EvaluationTally) -> None:
-    """The tally's best chosen again, as standings.tally chooses it, among the evaluations it still counts."""
-    tally.best_id = s.scalar(
-        select(Evaluation.id).join(Solution, Solution.id == Evaluation.solution_id)
-        .where(Solution.problem_id == tally.problem_id, Evaluation.device_name == tally.device_name,
-               Evaluation.size == tally.size, Evaluation.precision == tally.precision,
-               Evaluation.status == tally.status, *_RANKED)
-        .order_by(*_BEST).limit(1))
-
-
 def _remove(s: Session, ids: list[int], keep: Callable[[int], bool]) -> dict[str, int]:
     """Removes these solutions (ids) and what depends on them, in the order the foreign keys need; `keep` tells
     the children that stay (unlinked) from those removed with their parent."""
@@ -83,7 +73,7 @@ def _remove(s: Session, ids: list[int], keep: Callable[[int], bool]) -> dict[str
                                       execution_options=_QUIET).rowcount
     s.execute(delete(Solution).where(Solution.id.in_(ids)), execution_options=_QUIET)
     for tally in orphaned:
-        _rebest(s, tally)
+        rebest(s, tally)
     return counts
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import ColumnElement, distinct, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, distinct, exists, func, select
+from sqlalchemy.orm import Session, aliased
 
 from db.engine import guarded
 from db.metrics import FAST_P, fast_p, geomean
@@ -42,18 +42,40 @@ _BEST = (Evaluation.speedup.desc(), Evaluation.created_at, Evaluation.id)  # the
 
 
 def tally(s: Session, problem_id: int, ev: Evaluation) -> None:
-    """Counts a new evaluation in its tally and keeps the tally's best. FOR UPDATE makes concurrent writers to one
-    tally queue on PostgreSQL instead of losing counts (SQLite writers queue at BEGIN IMMEDIATE already); two first
-    writers both inserting the tally make one fail on its primary key, and retry_on_conflict runs it again."""
+    """Counts a new evaluation in its tally and keeps its board's best, among each solution's latest verdict there:
+    a new verdict of the best's own solution makes it chosen again (rebest), another correct one is a rival. FOR
+    UPDATE makes concurrent writers to one tally queue on PostgreSQL instead of losing counts (SQLite writers queue
+    at BEGIN IMMEDIATE already); two first writers both inserting the tally make one fail on its primary key, and
+    retry_on_conflict runs it again."""
     key = dict(problem_id=problem_id, device_name=ev.device_name, size=ev.size, precision=ev.precision, status=ev.status)
     tally = s.get(EvaluationTally, key, with_for_update=True)
     if tally is None:
         tally = EvaluationTally(**key, n=0)
         s.add(tally)
     tally.n += 1
-    rivals = [i for i in (tally.best_id, ev.id) if i is not None]
-    tally.best_id = s.scalar(select(Evaluation.id).where(Evaluation.id.in_(rivals), *_RANKED).order_by(*_BEST).limit(1))
+    ranked = tally if ev.status == CORRECT else s.get(EvaluationTally, {**key, "status": CORRECT}, with_for_update=True)
+    if ranked is None:
+        return
+    if ranked.best_id is not None and s.get(Evaluation, ranked.best_id).solution_id == ev.solution_id:
+        rebest(s, ranked)
+    elif ev.status == CORRECT:
+        rivals = [i for i in (ranked.best_id, ev.id) if i is not None]
+        ranked.best_id = s.scalar(select(Evaluation.id).where(Evaluation.id.in_(rivals), *_RANKED).order_by(*_BEST).limit(1))
 
+
+def rebest(s: Session, tally: EvaluationTally) -> None:
+    """The tally's best chosen again among its board's latest verdicts (each solution's highest id there): a
+    solution whose latest verdict is not correct is no board's best, whatever it was before."""
+    later = aliased(Evaluation)
+    superseded = exists().where(later.solution_id == Evaluation.solution_id, later.device_name == Evaluation.device_name,
+                                later.size == Evaluation.size, later.precision == Evaluation.precision,
+                                later.id > Evaluation.id)
+    tally.best_id = s.scalar(
+        select(Evaluation.id).join(Solution, Solution.id == Evaluation.solution_id)
+        .where(Solution.problem_id == tally.problem_id, Evaluation.device_name == tally.device_name,
+               Evaluation.size == tally.size, Evaluation.precision == tally.precision,
+               Evaluation.status == tally.status, *_RANKED, ~superseded)
+        .order_by(*_BEST).limit(1))
 
 
 def _with_solutions(s: Session, problem: str | None) -> list[tuple[Problem, int]]:
