@@ -62,9 +62,17 @@ def connect(url: str) -> Engine:
     except NoSuchModuleError as exc:
         raise DatabaseError(f"invalid database URL {shown!r}: unknown dialect {parsed.drivername!r}") from exc
     except ImportError as exc:
-        raise DatabaseError(f"missing database driver for {shown!r}: {exc} (install it with pip)") from exc
+        raise DatabaseError(f"missing database driver for {shown!r}: {exc} ({_driver_hint(parsed.get_backend_name())})") from exc
     except ArgumentError as exc:
         raise DatabaseError(f"invalid database URL {shown!r}: {one_line(exc)}") from exc
+
+
+def _driver_hint(backend: str) -> str:
+    """How to get the driver: PostgreSQL's is kforge's postgres extra (psycopg); any other is the user's to install."""
+    if backend == "postgresql":
+        return ("the postgres extra installs psycopg, for postgresql+psycopg:// URLs: "
+                "KFORGE_EXTRAS=dev,postgres bash scripts/setup.sh, or pip install -e '.[postgres]'")
+    return "install its driver into kforge's venv"
 
 
 def configure_sqlite(engine: Engine) -> None:

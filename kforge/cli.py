@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Iterable, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from db import metrics
 from evaluator.contracts import CandidateJob, EvalSettings, Status
@@ -66,12 +67,16 @@ def problem_for(path: Path, problem: str | None) -> Problem:
 
 
 def verdict_line(judged: Judged) -> dict:
-    v = judged.verdict
+    """One candidate's verdict, named by its own code; a verdict taken back says where from (reused_from)."""
+    v, source = judged.verdict, judged.reused_from
+    reused_from = source and {"evaluation_id": source.evaluation_id, "stored_at": source.stored_at.isoformat(),
+                              "solution_sha256": source.solution_sha256}
     return {"status": v.status.value, "speedup": v.speedup, "speedup_vs_compile": v.speedup_vs_compile,
-            "problem": v.problem, "solution_sha256": v.solution_sha256, "path": v.solution_path,
+            "problem": v.problem, "solution_sha256": judged.job.sha256, "path": str(judged.job.path),
             "cause": v.evidence.cause, "hint": v.evidence.hint, "candidate_ms": v.candidate.median_ms if v.candidate else None,
             "reference_ms": v.reference.median_ms if v.reference else None, "device_name": v.device_name,
-            "size": v.size, "precision": v.precision, "evaluation_id": judged.evaluation_id, "reused": judged.reused}
+            "size": v.size, "precision": v.precision, "evaluation_id": judged.evaluation_id, "reused": judged.reused,
+            "reused_from": reused_from}
 
 
 def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSettings, rerun: bool, progress: bool,
@@ -149,10 +154,14 @@ def prompt(problem: Annotated[str, typer.Argument(help="registered name or path"
     print(render_prompt(resolve_problem(problem, problems_dir()), target=target, size=resolve_size(size, target)))
 
 
+RerunOpt = Annotated[bool, typer.Option("--rerun", help="judge again even where a verdict of unchanged code on this "
+                                       "device, size and precision is stored (the newest counts)")]
+
+
 @app.command()
 @friendly
 def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining ModelNew")], problem: ProblemOpt = None,
-           device: DeviceOpt = None, size: SizeOpt = "auto", rerun: Annotated[bool, typer.Option("--rerun")] = False,
+           device: DeviceOpt = None, size: SizeOpt = "auto", rerun: RerunOpt = False,
            db: DbOpt = None, as_json: JsonOpt = False, backend: BackendOpt = None,
            precision: PrecisionOpt = "fp32") -> None:
     """Evaluate one candidate file and store the verdict."""
@@ -169,6 +178,9 @@ def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining Mod
 def collect(directory: Path, problem: str | None) -> list[CandidateJob]:
     """Every .py under DIR whose folder names a problem, or that KernelBench named level_L_problem_P_sample_S_kernel.py
     (its problem imported by `kforge problems import`); all of them with --problem."""
+    if directory.is_file():
+        raise UserError(f"{directory} is a file: evaluate judges the .py files of a folder (kforge submit {directory} "
+                        "judges one file)")
     if not directory.is_dir():
         raise UserError(f"no such directory: {directory}")
     fixed = resolve_problem(problem, problems_dir()) if problem else None
@@ -195,7 +207,7 @@ def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/
                  device: DeviceOpt = None, size: SizeOpt = "auto",
                  jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1,
                                                              help="compiles at once (default: sized to the cores and memory)")] = None,
-                 rerun: Annotated[bool, typer.Option("--rerun")] = False, db: DbOpt = None, as_json: JsonOpt = False,
+                 rerun: RerunOpt = False, db: DbOpt = None, as_json: JsonOpt = False,
                  compile_baseline: Annotated[bool, typer.Option(help="also time torch.compile(reference)")] = False,
                  gpus: Annotated[Optional[str], typer.Option(help="CUDA devices to use, e.g. 0,1 (default: every visible one)")] = None,
                  runner: Annotated[str, typer.Option(help="local, or ray (one task per candidate on a Ray cluster)")] = "local",
@@ -214,7 +226,8 @@ def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/
 @app.command()
 @friendly
 def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt = False,
-                as_csv: Annotated[bool, typer.Option("--csv")] = False,
+                as_csv: Annotated[bool, typer.Option("--csv", help="one CSV row per problem and device/size, for a "
+                                                      "spreadsheet")] = False,
                 level: Annotated[Optional[int], typer.Option("--level", help="only problems of this level")] = None,
                 precision: PrecisionOpt = "fp32") -> None:
     """Best correct speedup per problem on each device and size, fast_p, and per device and size the geometric mean
@@ -228,6 +241,8 @@ def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt =
     results at fp32 and at half precision are never ranked together."""
     from db import BoardRow
 
+    if as_json and as_csv:
+        raise UserError("--json and --csv: give one")
     database = open_db(db)
     precision = resolve_precision(precision)
     name = resolve_problem(problem, problems_dir()).name if problem else None
@@ -300,8 +315,8 @@ def show(solution: Annotated[str, typer.Argument(help="solution sha256 (a prefix
         print(json.dumps([r.model_dump(mode="json") for r in rows], indent=1))
         return
     for r in rows:
-        out.rule(f"#{r.id} {r.problem} {Path(r.solution_path or '').name} [{r.solution_sha256[:12]}] on {r.device_name} ({r.size})",
-                 style="dim")
+        out.rule(Text(f"#{r.id} {r.problem} {Path(r.solution_path or '').name} [{r.solution_sha256[:12]}] on {r.device_name} "
+                      f"({r.size})"), style="dim")  # Text: a [SHA] starting with a letter is no markup tag
         out.print(f"status: [bold]{r.status}[/]  speedup: {tables.fmt(r.speedup)}  at {r.created_at:%Y-%m-%d %H:%M}")
         for line in tables.evidence_lines(r.evidence):  # never hard-wrapped: a long line folds at the terminal's edge
             out.print(line, markup=False, highlight=False, soft_wrap=True)

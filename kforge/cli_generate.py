@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from db import Database, DatabaseError
 from evaluator import EvalSettings, EvaluatorError, Status
-from kforge import tables
+from kforge import paths, tables
 from pipeline import runs
 from pipeline.archive import ArchiveConfig
 from pipeline.bandit import BanditConfig
@@ -165,7 +165,7 @@ def _spec(o: GenerateOptions, budget: Budget | None) -> runs.RunSpec:
     """A new run's problems, models and settings, each checked (one-line errors)."""
     archive = _archive(o.islands, migration_interval=o.migration_interval, seed=o.seed, inspirations=o.inspirations,
                        crossover=o.crossover, contrast=o.contrast)
-    config = RunConfig(samples=o.samples, turns=o.turns, concurrency=o.concurrency, out_dir=o.out_dir,
+    config = RunConfig(samples=o.samples, turns=o.turns, concurrency=o.concurrency, out_dir=paths.folder("--out", o.out_dir),
                        budget=budget or Budget(), archive=archive,
                        retrieval=RetrievalConfig(k=o.related_kernels) if o.related_kernels else None,
                        sol_stop=o.sol_stop or None, profile=o.profile,

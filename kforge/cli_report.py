@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from kforge import paths
 from kforge.app import DbOpt, JsonOpt, UserError, app, err, friendly, open_db, out, problems_dir
 from reference_problems import import_problems, list_problems, user_problem_dir
 
@@ -22,7 +23,8 @@ def report(out_dir: Annotated[Path, typer.Option("--html", help="directory to wr
     """Render the stored results as a static HTML leaderboard (no network needed to view it)."""
     from kforge.report import write_report  # jinja2 and the db load when a report is written
 
-    index = write_report(open_db(db), out_dir)
+    with paths.writing("--html", paths.folder("--html", out_dir)):
+        index = write_report(open_db(db), out_dir)
     out.print(f"wrote {index}  (open file://{index.resolve()} in a browser)", markup=False, highlight=False, soft_wrap=True)
 
 
@@ -37,12 +39,15 @@ def export(file: Annotated[Optional[Path], typer.Option("--jsonl", help="file to
     from kforge.trace import export_trace
     from kforge.transfer import export_jsonl
 
+    option, target, write = ("--jsonl", file, export_jsonl) if file is not None else ("--trace", trace, export_trace)
+    to_stdout = str(target) == "-"
+    if not to_stdout:
+        paths.file(option, target)  # before a db is opened (or made)
     database = open_db(db)
-    target, write = (file, export_jsonl) if file is not None else (trace, export_trace)
-    if str(target) == "-":
+    if to_stdout:
         counts = write(database, typer.get_text_stream("stdout"))
     else:
-        with target.open("w") as fh:
+        with paths.writing(option, target), target.open("w") as fh:
             counts = write(database, fh)
     if file is None:
         err.print(f"exported {counts} generations")

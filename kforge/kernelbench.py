@@ -71,6 +71,10 @@ def problems_for(paths: Iterable[Path], problems: Iterable[Problem]) -> dict[Pat
     if missing:
         path, sample = missing[0]
         more = f" (and {len(missing) - 1} more samples)" if len(missing) > 1 else ""
+        numbers = sorted(number for level, number in index if level == sample.level)
+        if numbers:  # the level is imported: the sample names a problem it does not have
+            raise ProblemError(f"{path.name}: KernelBench level {sample.level} has no problem {sample.problem_id}{more}: "
+                               f"{len(numbers)} level-{sample.level} problems are imported, numbered from {numbers[0]} to {numbers[-1]}")
         raise ProblemError(f"{path.name}: KernelBench level {sample.level} problem {sample.problem_id} is not imported{more}; "
                            f"run kforge problems import PATH first (PATH: your KernelBench checkout)")
     return found

@@ -100,12 +100,20 @@ def import_jsonl(database: Database, path: Path) -> Counter[str]:
     """Adds the records of an export; a bad line stops the import with its line number (records before
     it stay stored, and importing the fixed file again adds only the rest)."""
     importer = Importer(database)
-    with Path(path).open() as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                importer.add(json.loads(line))
-            except (KeyError, TypeError, ValueError, AttributeError, NotFoundError) as exc:
-                raise TransferError(f"{path}:{number}: cannot import this record: {type(exc).__name__}: {exc}") from None
+    try:
+        with Path(path).open() as lines:
+            for number, line in enumerate(lines, 1):
+                if line.strip():
+                    _add(importer, line, f"{path}:{number}")
+    except UnicodeDecodeError:
+        raise TransferError(f"{path}: not UTF-8 text (an export is JSON lines)") from None
+    except OSError as exc:
+        raise TransferError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     return importer.counts
+
+
+def _add(importer: Importer, line: str, where: str) -> None:
+    try:
+        importer.add(json.loads(line))
+    except (KeyError, TypeError, ValueError, AttributeError, NotFoundError) as exc:
+        raise TransferError(f"{where}: cannot import this record: {type(exc).__name__}: {exc}") from None

@@ -162,12 +162,16 @@ def _suggestions(name: str, names: list[str], most: int = 5) -> list[str]:
 def import_problems(root: Path, user_dir: Path | None = None) -> tuple[list[Problem], list[tuple[Path, str]]]:
     """Copies KernelBench files (root/.../levelN/*.py) into the user problem dir, keeping levelN/ so that
     level and name survive; returns (imported, [(skipped file, why)]). Re-importing a file is a no-op."""
+    hint = "name a KernelBench checkout or one of its levelN folders"
     if not Path(root).is_dir():
-        raise ProblemError(f"no such directory: {root}")
+        raise ProblemError(f"{root}: {'is a file, not a folder' if Path(root).exists() else 'no such folder'} ({hint})")
+    found = _level_files(Path(root).resolve())
+    if not found:
+        raise ProblemError(f"{root}: no levelN/*.py file under it ({hint})")
     dest = user_problem_dir(user_dir).resolve()
     taken = {p.name: p.path for p in list_problems(user_dir)}
     imported, skipped = [], []
-    for path in _level_files(Path(root).resolve()):
+    for path in found:
         target = dest / path.parent.name / path.name
         try:
             problem = load_problem_file(path)

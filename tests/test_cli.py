@@ -31,6 +31,9 @@ def test_submit_stores_once_and_reuses(kforge):
     assert first["speedup"] is None and len(first["solution_sha256"]) == 64
     again = json.loads(kforge("submit", str(TRUNCATED), "--json").stdout)
     assert again["reused"] and again["evaluation_id"] == first["evaluation_id"]
+    (stored,) = Database(kforge.db_url).evaluations()
+    assert again["reused_from"] == {"evaluation_id": stored.id, "stored_at": stored.created_at.isoformat(),
+                                    "solution_sha256": first["solution_sha256"]} and first["reused_from"] is None
     rerun = json.loads(kforge("submit", str(TRUNCATED), "--json", "--rerun").stdout)
     assert not rerun["reused"] and rerun["evaluation_id"] != first["evaluation_id"]
     assert _rows(kforge.db_url) == 2
@@ -41,8 +44,11 @@ def test_a_run_outside_a_terminal_says_each_verdict_and_what_it_took_back(kforge
     verdict taken back from the db is said to be one."""
     first = kforge("submit", str(TRUNCATED)).stderr
     assert f"kforge: [1/1] matmul_maxpool_sum_scale {TRUNCATED.name}: truncated (" in first, first
-    again = kforge("submit", str(TRUNCATED)).stderr
-    assert "kforge: 1 stored verdict(s) of unchanged code on this device taken back" in again and "[1/1]" not in again
+    again = kforge("submit", str(TRUNCATED))
+    assert "kforge: 1 stored verdict(s) of unchanged code on this device taken back" in again.stderr
+    assert "[1/1]" not in again.stderr
+    (stored,) = Database(kforge.db_url).evaluations()
+    assert f"[1] reused: stored verdict #{stored.id} of {stored.created_at:%Y-%m-%d %H:%M:%S} UTC: " in again.stdout
 
 
 @pytest.mark.parametrize("args, message", [
@@ -52,6 +58,10 @@ def test_a_run_outside_a_terminal_says_each_verdict_and_what_it_took_back(kforge
     (["submit", str(SOLUTIONS / "conv1d/seed_002_af9917cd8bead545.py"), "--db", "sqlite:////nonexistent/dir/k.db"], "cannot open database"),
     (["leaderboard", "--db", "notaurl"], "invalid database URL"),
     (["evaluate", "no_such_dir"], "no such directory"),
+    (["evaluate", str(TRUNCATED)], f"{TRUNCATED} is a file: evaluate judges the .py files of a folder (kforge submit "),
+    (["leaderboard", "--db", "postgresql+psycopg://kforge@127.0.0.1/kforge"],
+     "the postgres extra installs psycopg, for postgresql+psycopg:// URLs: KFORGE_EXTRAS=dev,postgres bash "
+     "scripts/setup.sh, or pip install -e '.[postgres]'"),
 ])
 def test_bad_input_is_one_line_and_loses_nothing(kforge, args, message):
     kforge("submit", str(TRUNCATED))

@@ -134,6 +134,9 @@ def test_samples_map_to_the_imported_problem_of_their_level(tmp_path):
                      "level_1_problem_1_sample_0_kernel.py": "1_Square_matrix_multiplication_"}
     with pytest.raises(ProblemError, match=r"level 3 problem 19 is not imported \(and 1 more samples\); run kforge problems import"):
         kernelbench.problems_for([run / "level_3_problem_19_sample_0_kernel.py", run / "level_1_problem_2_sample_0_kernel.py"], problems)
+    with pytest.raises(ProblemError, match=r"^level_1_problem_101_sample_0_kernel.py: KernelBench level 1 has no problem "
+                       r"101: 2 level-1 problems are imported, numbered from 1 to 19$"):
+        kernelbench.problems_for([run / "level_1_problem_101_sample_0_kernel.py"], problems)
     (tmp_path / "problems" / "level1" / "19_ReLU_v2.py").write_text(RELU_PROBLEM)
     problems.append(load_problem_file(tmp_path / "problems" / "level1" / "19_ReLU_v2.py"))
     with pytest.raises(ProblemError, match="level 1 problem 19 is ambiguous"):

@@ -1,0 +1,70 @@
+"""What `kforge` says about paths it is given, run as users run it (`python -m kforge`, a real SQLite file): a path
+a command cannot take is one line and exit 2, never a traceback, and every message says what is really there."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import SOLUTIONS, kforge_runner
+from db import Database
+
+ROOT = SOLUTIONS.parent
+README = ROOT / "README.md"
+SHA = "bbf5e6b755e8" + "0" * 52  # starts with a letter: `[bbf5e6b755e8]` reads as a markup tag to rich
+
+
+@pytest.fixture
+def kforge(tmp_path, build_root):
+    kforge = kforge_runner(tmp_path, build_root, KFORGE_PROBLEMS_DIR=str(tmp_path / "problems"))
+    with Database(kforge.db_url) as db:
+        db.upsert_problem("relu", 1, str(tmp_path / "relu.py"), "r")
+        db.upsert_solution(SHA, "relu", "source", path="solutions/relu/fast.py")
+        db.add_evaluation(SHA, status="correct", device="cpu", device_name="EPYC", size="small", speedup=1.5)
+    return kforge
+
+
+def one_line(proc) -> str:
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stderr.removeprefix("kforge: error: ").rstrip("\n")
+
+
+@pytest.mark.parametrize("args, said", [
+    (["report", "--html", str(README)], f"--html {README}: is a file; name a folder (made if missing)"),
+    (["report", "--html", "/proc/nope"], "--html /proc/nope: cannot write: No such file or directory"),
+    (["export", "--jsonl", str(ROOT)], f"--jsonl {ROOT}: is a folder; name a file to write"),
+    (["export", "--trace", str(ROOT)], f"--trace {ROOT}: is a folder; name a file to write"),
+    (["export", "--jsonl", f"{README}/out.jsonl"], f"--jsonl {README}/out.jsonl: cannot write: Not a directory"),
+    (["import", "/proc/self/mem"], "/proc/self/mem: cannot read it: Input/output error"),
+    (["generate", "--problem", "relu", "--replay", str(ROOT / "recordings" / "seeds"), "--device", "cpu",
+      "--out", str(README)], f"--out {README}: is a file; name a folder (made if missing)"),
+    (["problems", "import", str(README)],
+     f"{README}: is a file, not a folder (name a KernelBench checkout or one of its levelN folders)"),
+    (["problems", "import", str(ROOT / "docs")],
+     f"{ROOT / 'docs'}: no levelN/*.py file under it (name a KernelBench checkout or one of its levelN folders)"),
+])
+def test_a_path_a_command_cannot_take_is_one_line(kforge, args, said):
+    before = Database(kforge.db_url).evaluations()
+    assert one_line(kforge(*args, expect=2)) == said
+    assert Database(kforge.db_url).evaluations() == before
+
+
+def test_a_file_to_import_that_is_not_text_is_one_line(kforge, tmp_path):
+    binary = tmp_path / "results.jsonl"
+    binary.write_bytes(b'\xff\xfe\n')
+    assert one_line(kforge("import", str(binary), expect=2)) == f"{binary}: not UTF-8 text (an export is JSON lines)"
+
+
+def test_report_and_export_still_write_where_they_can(kforge, tmp_path):
+    kforge("report", "--html", str(tmp_path / "new" / "report"))
+    assert (tmp_path / "new" / "report" / "index.html").is_file()
+    kforge("export", "--jsonl", str(tmp_path / "out.jsonl"))
+    assert '"kind": "evaluation"' in (tmp_path / "out.jsonl").read_text()
+
+
+def test_show_prints_a_sha_that_starts_with_a_letter_in_its_header(kforge):
+    shown = kforge("show", SHA[:6]).stdout
+    assert f"relu fast.py [{SHA[:12]}] on EPYC (small)" in shown, shown
+
+
+def test_leaderboard_takes_one_of_json_and_csv(kforge):
+    assert one_line(kforge("leaderboard", "--csv", "--json", expect=2)) == "--json and --csv: give one"
