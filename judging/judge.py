@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, NamedTuple
 
 from pydantic import BaseModel
@@ -37,11 +38,24 @@ class Submission(BaseModel):
     verdict: Verdict | None = None  # reached without the evaluator (an answer cut off mid-file): stored as it is
 
 
+class Reuse(NamedTuple):
+    """Where a verdict taken back came from: the stored evaluation, when it was stored, and the code it judged (a
+    twin's, of the same normalized code, where that is not the job's own)."""
+
+    evaluation_id: int | None
+    stored_at: datetime
+    solution_sha256: str
+
+
 class Judged(NamedTuple):
     verdict: Verdict
     evaluation_id: int | None
-    reused: bool  # a verdict stored before, or the one of a twin in the same batch
+    reused_from: Reuse | None  # a verdict stored before, or the one of a twin in the same batch
     job: CandidateJob
+
+    @property
+    def reused(self) -> bool:
+        return self.reused_from is not None
 
 
 def judge_and_store(database: Database, submissions: list[Submission], settings: EvalSettings, *,
@@ -69,7 +83,7 @@ def judge_and_store(database: Database, submissions: list[Submission], settings:
     by_path = {str(job.path): job for job in runnable}
     for judged in evaluate_and_record(database, runnable, settings, by_path, backend, on_stage):
         yield judged
-        yield from (judged._replace(reused=True, job=twin) for twin in twins[str(judged.job.path)])
+        yield from (twin_judged(judged, twin) for twin in twins[str(judged.job.path)])
 
 
 def resolve(database: Database, submission: Submission, settings: EvalSettings, first: dict[str, str],
@@ -105,12 +119,17 @@ def store_submission(database: Database, submission: Submission) -> None:
 
 
 def stored_judged(row: EvaluationRow, job: CandidateJob) -> Judged:
-    return Judged(Verdict.from_row(row), row.id, True, job)
+    return Judged(Verdict.from_row(row), row.id, Reuse(row.id, row.created_at, row.solution_sha256), job)
+
+
+def twin_judged(judged: Judged, job: CandidateJob) -> Judged:
+    """The verdict just evaluated and stored for one code, taken for another submission of its normalized form."""
+    return judged._replace(reused_from=Reuse(judged.evaluation_id, datetime.now(UTC), judged.job.sha256), job=job)
 
 
 def static_judged(database: Database, submission: Submission) -> Judged:
     """A verdict reached without the evaluator, stored."""
-    return Judged(submission.verdict, record_verdict(database, submission.verdict), False, submission.job)
+    return Judged(submission.verdict, record_verdict(database, submission.verdict), None, submission.job)
 
 
 def evaluate_and_record(database: Database, jobs: list[CandidateJob] | JobStream, settings: EvalSettings,
@@ -131,4 +150,4 @@ def evaluate_and_record(database: Database, jobs: list[CandidateJob] | JobStream
     hooks = {"on_stage": on_stage} if on_stage and backend is evaluate else {}
     with contextlib.closing(backend(jobs, settings, **hooks)) as verdicts:
         for verdict in verdicts:
-            yield Judged(verdict, record_verdict(database, verdict), False, by_path[verdict.solution_path])
+            yield Judged(verdict, record_verdict(database, verdict), None, by_path[verdict.solution_path])

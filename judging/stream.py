@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Callable
 
 from evaluator.contracts import CandidateJob, EvalSettings
-from judging.judge import Judged, Submission, evaluate_and_record, resolve, store_submission
+from judging.judge import Judged, Submission, evaluate_and_record, resolve, store_submission, twin_judged
 
 if TYPE_CHECKING:
     from db import Database
@@ -72,7 +72,7 @@ class StreamJudge:
             if judged is None:
                 self._twins[first].append(job)
         if judged is not None:
-            self.on_judged(judged._replace(reused=True, job=job))
+            self.on_judged(twin_judged(judged, job))
 
     def _open(self) -> None:
         if self._stream is not None:
@@ -92,6 +92,6 @@ class StreamJudge:
                     twins = self._twins.pop(path, [])
                 self.on_judged(judged)
                 for twin in twins:
-                    self.on_judged(judged._replace(reused=True, job=twin))
+                    self.on_judged(twin_judged(judged, twin))
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread by close()
             self._error = exc

@@ -42,6 +42,8 @@ def runner_for(name: str, address: str | None) -> Backend | None:
 
 def candidate_file(path: Path) -> tuple[Path, bytes]:
     """A readable .py text file and its bytes, read once: the job carries them to the db and the evaluator."""
+    if path.is_dir():
+        raise UserError(f"{path} is a folder: submit judges one file (kforge evaluate {path} judges a folder)")
     if not path.is_file():
         raise UserError(f"no such file: {path}")
     if path.suffix != ".py":

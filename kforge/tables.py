@@ -71,7 +71,8 @@ def _numbers(table: Table, *names: str) -> None:
 
 
 def results(lines: list[dict]) -> Group:
-    """One row per verdict; its cause and hint follow the table as note [n], wrapped at words."""
+    """One row per verdict; its cause and hint, and where a verdict taken back came from, follow the table as note
+    [n], wrapped at words."""
     table = _table("kforge results", "problem / solution")
     table.add_column("status", no_wrap=True)
     _numbers(table, "speedup", "cand ms", "ref ms", "#")
@@ -82,13 +83,23 @@ def results(lines: list[dict]) -> Group:
         table.add_row(_named(ln["problem"], short_name(ln["path"], sha[:SHA_SHOWN] or "-"), sha),
                       f"[{style}]{ln['status']}[/]", fmt(ln["speedup"]), fmt(ln["candidate_ms"]), fmt(ln["reference_ms"]),
                       str(n))
-        if ln["status"] != Status.CORRECT and (ln["cause"] or ln["hint"]):
+        failed = ln["status"] != Status.CORRECT and (ln["cause"] or ln["hint"])
+        said = [reused_note(ln["reused_from"], ln["solution_sha256"])] if ln.get("reused_from") else []
+        said += [ln["cause"]] if failed and ln["cause"] else []
+        if failed or said:
             note = Text(f"[{n}] ", style="bold")
-            note.append(ln["cause"] or "")
-            if ln["hint"]:
+            note.append(": ".join(said))
+            if failed and ln["hint"]:
                 note.append(f"\n    → {ln['hint']}")
             notes.append(note)
     return Group(table, *notes)
+
+
+def reused_note(source: dict, own_sha256: str) -> str:
+    """Where a verdict taken back came from: its stored evaluation, when, and the code it judged if not this one."""
+    twin = source["solution_sha256"] != own_sha256
+    return (f"reused: stored verdict #{source['evaluation_id']} of {source['stored_at'][:19].replace('T', ' ')} UTC"
+            + (f", judged on {source['solution_sha256'][:SHA_SHOWN]} (the same code, normalized)" if twin else ""))
 
 
 def leaderboard(rows: list[dict], width: int, precision: str = "fp32") -> Table:

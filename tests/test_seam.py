@@ -53,6 +53,8 @@ def test_code_is_stored_evaluated_once_then_its_verdict_reused(tmp_path, databas
 
     [again], heard = judge(database, [sub], settings)
     assert heard == [] and again.reused and again.evaluation_id == first.evaluation_id
+    (row,) = database.evaluations("relu")
+    assert again.reused_from == (row.id, row.created_at, sub.job.sha256) and first.reused_from is None
     assert again.verdict.model_dump(exclude={"evidence"}) == first.verdict.model_dump(exclude={"evidence"})
     assert len(database.evaluations("relu")) == 1 and len(database.solutions("relu")) == 1
 
@@ -82,6 +84,7 @@ def test_twins_are_evaluated_once_and_a_callers_verdict_is_stored_as_it_is(tmp_p
     assert by_job["cut"].verdict is cut.verdict and not by_job["cut"].reused
     assert by_job["twin"].verdict is by_job["plain"].verdict and by_job["twin"].reused
     assert by_job["twin"].evaluation_id == by_job["plain"].evaluation_id
+    assert by_job["twin"].reused_from[::2] == (by_job["plain"].evaluation_id, plain.job.sha256)  # whose verdict it is
     assert sorted(e.status for e in database.evaluations("relu")) == ["cheat", "truncated"]
     assert {s.sha256 for s in database.solutions("relu")} == {plain.job.sha256, twin.job.sha256, cut.job.sha256}
 
@@ -89,6 +92,8 @@ def test_twins_are_evaluated_once_and_a_callers_verdict_is_stored_as_it_is(tmp_p
     later = submission(tmp_path, "later", later_code, normalized_sha256=normalized_sha256(later_code))
     [reused], heard = judge(database, [later], settings)  # a twin stored before counts too
     assert heard == [] and reused.reused and reused.evaluation_id == by_job["plain"].evaluation_id
+    stored = next(e for e in database.evaluations("relu") if e.id == reused.evaluation_id)
+    assert reused.reused_from == (stored.id, stored.created_at, plain.job.sha256)
     assert len(database.evaluations("relu")) == 2
 
 
