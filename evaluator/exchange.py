@@ -1,15 +1,16 @@
 """The forward exchange: the shared memory through which trusted code has a forward server (a candidate's child, or
-the problem's reference in its comparer) run one call at a time, while trusted code makes its inputs, holds the
-clock and reads its outputs.
+the problem's reference in a child of its own) run one call at a time, while trusted code makes its inputs, holds
+the clock and reads its outputs.
 
 Two files per server, made by the parent in the comparer's exchange folder before the server starts:
 - `NAME.in`: the inputs, written by the comparer only (the server maps it read-only: the jail lets it read this
   file and nothing else of the folder): a header with the inputs' layout (JSON) and, from DATA, their bytes.
-- `NAME.ctl`: one page of words and the outputs' descriptions. The comparer writes `filled`, the server `armed`,
-  `done` and the outputs, the parent `go`. The server may write this file but not resize it (the jail withholds
-  truncate), so no reader's mapping can fault.
-Nothing here decides anything: the parent reads `done` on its own clock and the outputs' bytes from the server's
-memory itself (evaluator.sandbox.memory), and treats everything the server wrote as a claim to check.
+- `NAME.ctl`: one page, the comparer's word `filled`, read by the parent; the server cannot open it.
+The server's own words (`armed`, `done`, the outputs' descriptions) lie in a control page of its own memory
+(CTL_BYTES), which the parent reads, and where it writes `go`, through the kernel (evaluator.sandbox.memory):
+nothing the server can write lies outside its own memory, so it can neither fill a disk nor resize a file another
+process maps. Nothing here decides anything: the parent reads `done` on its own clock and the outputs' bytes from
+the server's memory itself, and treats everything the server wrote as a claim to check.
 Only the standard library is imported: the parent's side needs no torch.
 """
 
@@ -25,7 +26,7 @@ CTL_BYTES = 4096
 DATA = 1 << 16  # where the inputs' bytes begin in the .in file; the layout's JSON lies before it
 ALIGN = 4096  # each input starts on a page of its own, as a fresh large allocation would
 MAX_OUTPUTS, MAX_DIMS = 16, 8
-# ctl words (u64 at these byte offsets)
+# words (u64 at these byte offsets): FILLED in the comparer's .ctl file, the rest in the server's control page
 FILLED, ARMED, GO, DONE, COUNT = 0, 8, 16, 24, 32
 _OUTPUTS = 64
 _RECORD = struct.Struct(f"<3q{MAX_DIMS}q{MAX_DIMS}q")  # data_ptr, dtype code, ndim, shape, strides (elements)
@@ -69,7 +70,7 @@ def map_file(path: Path, writable: bool) -> mmap.mmap:
         os.close(fd)
 
 
-def word(page: mmap.mmap, at: int) -> int:
+def word(page, at: int) -> int:
     return _WORD.unpack_from(page, at)[0]
 
 
@@ -100,7 +101,7 @@ def write_outputs(page: mmap.mmap, records: list[tuple[int, int, list[int], list
     put(page, COUNT, len(records))
 
 
-def read_outputs(page: mmap.mmap) -> list[Output]:
+def read_outputs(page) -> list[Output]:
     """The trusted side's read of what a server wrote: every field checked (ValueError naming the misfit)."""
     count = word(page, COUNT)
     if count > MAX_OUTPUTS:

@@ -80,8 +80,17 @@ class _SeededRequest(_RunRequest):
 class CandidateRequest(_SeededRequest):
     role: Literal["candidate"] = "candidate"
     candidate_path: str
-    # the ctl file of its forward exchange (evaluator.exchange), its .in beside it: where set, the parent times it
+    # the inputs file of its forward exchange (evaluator.exchange): where set, the parent times it
     exchange: str | None = None
+
+
+class ServeRequest(_RunRequest):
+    """Serve the problem's Model as a forward server (evaluator.child.forward_server) over the exchange whose inputs
+    file is `exchange`: the reference's side of trusted timing, in a process of its own as the candidate's is. No
+    seeds: its inputs are the comparer's to make."""
+
+    role: Literal["serve"] = "serve"
+    exchange: str
 
 
 class ReferenceRequest(_SeededRequest):
@@ -118,7 +127,8 @@ class ProfileRequest(_Line):
     gpu: str | None = None
 
 
-Request = Annotated[Union[CompileRequest, CandidateRequest, ReferenceRequest, IntrospectRequest, ProfileRequest],
+Request = Annotated[Union[CompileRequest, CandidateRequest, ReferenceRequest, ServeRequest, IntrospectRequest,
+                          ProfileRequest],
                     Field(discriminator="role")]
 _REQUEST: TypeAdapter[Request] = TypeAdapter(Request)
 
@@ -189,15 +199,6 @@ class Fill(_Line):
     seq: int = Field(gt=0)
 
 
-class Call(_Line):
-    """To the comparer: fill its own exchange with call `label`'s inputs and serve that call of the reference as
-    the forward server `seq`."""
-
-    op: Literal["call"] = "call"
-    label: str
-    seq: int = Field(gt=0)
-
-
 class Compare(_Line):
     """To a comparer: judge one handed-over call against the expected outputs of `expected`."""
 
@@ -217,7 +218,7 @@ class Close(_Line):
     op: Literal["close"] = "close"
 
 
-ComparerOp = Annotated[Union[Compare, Audit, TimeBlock, Fill, Call, Close], Field(discriminator="op")]
+ComparerOp = Annotated[Union[Compare, Audit, TimeBlock, Fill, Close], Field(discriminator="op")]
 COMPARER_OP: TypeAdapter[ComparerOp] = TypeAdapter(ComparerOp)
 
 
@@ -399,6 +400,13 @@ class Quiet(Message):
     event: Literal["quiet"] = "quiet"
 
 
+class Serving(Message):
+    """A forward server is ready for its first call: `control`, the address of its control page in its memory."""
+
+    event: Literal["serving"] = "serving"
+    control: int
+
+
 class Ready(Message):
     """The reference ran: it now serves as the problem's comparer."""
 
@@ -449,4 +457,5 @@ class Profiled(Message):
 # What a candidate child sends, and how often: each event once, except one `stage` per stage and one `timing` per
 # kind. Anything else on its channel was written by the candidate.
 CANDIDATE_EVENTS = frozenset(m.model_fields["event"].default for m in (
-    Loaded, Env, Stage, Compiled, Kernels, Trials, LeakMark, Leaks, Timing, Pace, Rep, Probe, Memory, Done, Error, Cheat, Outputs))
+    Loaded, Env, Stage, Compiled, Kernels, Trials, LeakMark, Leaks, Timing, Pace, Rep, Probe, Serving, Memory, Done, Error,
+    Cheat, Outputs))

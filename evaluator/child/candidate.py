@@ -144,9 +144,8 @@ def run(chan: stages.Channel, req: CandidateRequest, model, problem, watch: watc
     check("leak")
     if req.timing.enabled and req.exchange:
         chan.send(Probe(outputs={}, inputs_changed=fresh.changed()))  # by the leak check's calls
-        chan.send(Stage(stage="serving"))  # timed by the parent from here on (evaluator.parent.trusted_timing)
-        ctl = Path(req.exchange)
-        forward_server.serve(requests, forward_server.Server(ctl, ctl.with_suffix(".in"), lambda given: model(*given)))
+        chan.send(Stage(stage="timing"))  # by the parent from here on (evaluator.parent.trusted_timing)
+        forward_server.serve(chan, requests, forward_server.Server(Path(req.exchange), lambda given: model(*given)))
         check("timing")
     elif req.timing.enabled:
         changed = fresh.changed()  # by the leak check's calls: the fills below overwrite the inputs

@@ -14,13 +14,10 @@ from types import ModuleType
 import torch
 
 from evaluator import exchange
-from evaluator.child import audit_rules, forward_server, ipc, timing, trials
+from evaluator.child import audit_rules, ipc, timing, trials
 from evaluator.child.fills import Fills
 from evaluator.child.correctness import Comparison, judge_outputs, layout, load_outputs
-from evaluator.protocol import COMPARER_OP, Audit, Audited, Block, Call, Close, Compare, Compared, Fill, TimeBlock
-
-OWN = "reference"  # the comparer's own exchange, through which its reference is timed
-
+from evaluator.protocol import COMPARER_OP, Audit, Audited, Block, Close, Compare, Compared, Fill, TimeBlock
 
 class Expected:
     """The reference's outputs per label: resident while they fit in `budget` bytes, else recomputed. A timed
@@ -163,27 +160,15 @@ class Timer:
 
 class Comparer:
     """Answers `compare`, `audit` and (with a timer) `time` requests against one problem's reference; with `fills`,
-    the forward exchanges' `fill` and `call` (evaluator.child.fills, evaluator.child.forward_server)."""
+    the forward exchanges' `fill` (evaluator.child.fills)."""
 
     def __init__(self, expected: Expected, atol: float, rtol: float, timer: Timer | None = None,
                  fills: Fills | None = None):
         self.expected, self.atol, self.rtol, self.timer, self.fills = expected, atol, rtol, timer, fills
-        self._own: forward_server.Server | None = None
 
     def fill(self, request: Fill) -> None:
         self.fills.fill(request.name, request.label)
         exchange.put(self.fills.ctl(request.name), exchange.FILLED, request.seq)
-
-    def call(self, request: Call) -> None:
-        """One call of the reference, served through its own exchange as a candidate's call is."""
-        fills = self.fills
-        fills.fill(OWN, request.label)
-        if self._own is None:
-            ctl, inp = exchange.paths(fills.folder, OWN)
-            model = self.expected.model
-            self._own = forward_server.Server(ctl, inp, lambda inputs: model(*inputs))
-        with torch.no_grad():
-            self._own.arm(request.seq)
 
     def _against(self, got: list, got_meta: list[dict], label: str, trial: int) -> Comparison:
         exp = self.expected
@@ -235,7 +220,5 @@ def serve(chan, requests, comparer: Comparer) -> None:
             chan.send(Audited(findings=comparer.audit()))
         elif isinstance(request, Fill) and comparer.fills:
             comparer.fill(request)
-        elif isinstance(request, Call) and comparer.fills:
-            comparer.call(request)
         elif isinstance(request, TimeBlock):
             chan.send(comparer.timer.time(request) if comparer.timer else Block(error="the reference was not timed"))

@@ -1,12 +1,15 @@
 """A forward server: the one thing a timed child does with its model once the trusted side times it. Each call is
 rung by the parent (evaluator.parent.trusted_timing) over the exchange (evaluator.exchange): the inputs are the
-comparer's, mapped read-only; the server says it is armed, waits for `go`, calls the model, describes where its
-outputs lie and says `done`. The clock is the parent's, the outputs are read by the parent from this process's
-memory, and which calls are compared is drawn by the parent after each one: nothing here is believed. The same
-code serves the problem's reference in its comparer, so both sides are timed through the same steps."""
+comparer's, mapped read-only; the server says it is armed in its control page, waits for the parent's `go` there,
+calls the model, describes where its outputs lie and says `done`. The clock is the parent's, the control page and
+the outputs are read by the parent from this process's memory, and which calls are compared is drawn by the parent
+after each one: nothing here is believed. The same code serves the problem's reference in a child of its own
+(the `serve` role), so both sides are timed through the same steps, each in a process that did not fill its inputs."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import warnings
 from pathlib import Path
 
@@ -14,7 +17,7 @@ import torch
 
 from evaluator import exchange
 from evaluator.child import trials
-from evaluator.protocol import Arm
+from evaluator.protocol import Arm, Serving
 
 _T = torch._C.TensorBase
 
@@ -53,8 +56,10 @@ def _describe(tensors: list) -> list[tuple[int, int, list[int], list[int]]]:
 class Server:
     """The server's end of one exchange: `arm(seq)` runs call `seq` once the parent says go."""
 
-    def __init__(self, ctl: Path, inp: Path, call):
-        self.ctl, self.inp_path, self.call = exchange.map_file(ctl, writable=True), inp, call
+    def __init__(self, inp: Path, call):
+        self.ctl = mmap.mmap(-1, exchange.CTL_BYTES)  # its control page, in its own memory (evaluator.exchange)
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.ctl))
+        self.inp_path, self.call = inp, call
         self.page, self.size, self.layout, self.inputs = None, 0, None, []
         self.kept = None  # the last call's outputs, alive until the next call: the parent reads them meanwhile
 
@@ -82,8 +87,10 @@ class Server:
         self.kept = out
 
 
-def serve(requests, server: Server) -> None:
-    """Arm lines (`{"arm": seq}`) until an `{"end": true}` line or the end of the pipe."""
+def serve(chan, requests, server: Server) -> None:
+    """Say where its control page lies, then serve Arm lines (`{"arm": seq}`) until an `{"end": true}` line or
+    the end of the pipe."""
+    chan.send(Serving(control=server.address))
     for line in requests:
         message = Arm.model_validate_json(line)
         if message.end:

@@ -2,7 +2,8 @@
 
 Roles: `compile` (import the candidate, which builds it), `candidate` (correctness, leaks, timing of ModelNew),
 `reference` (the problem's Model: reference outputs and baseline timings, in a process no candidate touched; it
-then stays as the comparer of the problem's candidates' outputs), `introspect` (problem files' bytes and FLOPs,
+then stays as the comparer of the problem's candidates' outputs), `serve` (the problem's Model as a forward server,
+timed beside a candidate by the parent), `introspect` (problem files' bytes and FLOPs,
 evaluator.child.introspect), `profile` (a correct candidate's forward calls for Nsight Compute, evaluator.parent.profiling). The request and every message are models of evaluator.protocol.
 The candidate role also watches the candidate: which extensions it builds and calls, which Triton kernels it
 defines and launches (watches.py), and whether it tampers with the harness (guard.py).
@@ -21,9 +22,11 @@ from pathlib import Path
 import torch
 
 from evaluator import hardware, languages
-from evaluator.child import candidate, guard, introspect, lean_headers, loading, nvcc_driver, precompiled, reference, stages, trials, watches
+from evaluator.child import (candidate, forward_server, guard, introspect, lean_headers, loading, nvcc_driver,
+                             precompiled, reference, stages, trials, watches)
 from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, IntrospectRequest, Loaded,
-                                Profiled, ProfileRequest, ReferenceRequest, Request, Stage, WARM_GPU, read_request)
+                                Profiled, ProfileRequest, ReferenceRequest, Request, ServeRequest, Stage, WARM_GPU,
+                                read_request)
 from evaluator.sandbox import jail, seccomp
 
 
@@ -107,6 +110,9 @@ def _serve(chan: stages.Channel, req: Request, confined: bool, requests) -> None
     if isinstance(req, ReferenceRequest):
         chan.send(Stage(stage="init"))
         return reference.run_reference(chan, req, trials.build_model(problem.Model, problem, req.init_seed, device), problem, requests)
+    if isinstance(req, ServeRequest):
+        model = trials.build_model(problem.Model, problem, req.init_seed, device)
+        return forward_server.serve(chan, requests, forward_server.Server(Path(req.exchange), lambda given: model(*given)))
     build_dir, source = Path(os.environ["TORCH_EXTENSIONS_DIR"]), Path(req.candidate_path)
     headers = precompiled.Headers(build_dir.parent)  # the build root: shared by every candidate's build
     headers.install()  # both roles: the candidate child must write the same build.ninja, or ninja rebuilds

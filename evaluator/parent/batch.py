@@ -21,7 +21,8 @@ from evaluator.sandbox import cgroups, disk, gpumemory
 from evaluator.contracts import EvalSettings, EvaluatorError
 from evaluator.hardware import device_memory, visible_gpus
 from evaluator.parent.jail_spec import jail_spec, require_layers
-from evaluator.protocol import WARM_GPU, CandidateRequest, CompileRequest, ReferenceRequest, Request, TimingRequest
+from evaluator.protocol import (WARM_GPU, CandidateRequest, CompileRequest, ReferenceRequest, Request, ServeRequest,
+                                TimingRequest)
 from evaluator.sandbox.results import ChildResult
 from evaluator.sandbox.budgets import COMPILER_IDLE_S
 from evaluator.sandbox.spawn import TRITON_ON_CPU, Child, run_tool
@@ -30,7 +31,8 @@ from reference_problems import Problem
 
 DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
 T = TypeVar("T")
-_REQUESTS = {"compile": CompileRequest, "candidate": CandidateRequest, "reference": ReferenceRequest}
+_REQUESTS = {"compile": CompileRequest, "candidate": CandidateRequest, "reference": ReferenceRequest,
+             "serve": ServeRequest}
 CLOSING_SHARE = 0.5  # of device memory: comparers still closing there, with what a new reference will hold (Batch.settle)
 # Compiles (and their compilers) run at this nice value, their session's too (cgroups.lower_priority): where they
 # fill the cores, the scheduler favours the children that hold a GPU and the parent's relay. The GPU waits on those,
@@ -106,12 +108,13 @@ class Batch:
         one from a namespaced producer opened in a process outside them on the H100 host; on CPU the candidates'
         outputs arrive as files in their disks, mounted in kforge's namespace after the comparer started (a
         private mount namespace would not see them)."""
-        if candidate is None:
-            return jail_spec([workdir, build_dir], [problem.path, self.root], namespaces=False)
+        served = [exchange] if exchange else []  # a forward server's inputs file, read (evaluator.exchange)
+        if candidate is None:  # the comparer, or the reference's forward server (`exchange`), jailed as a candidate's
+            return jail_spec([workdir], [problem.path, *served]) if exchange else \
+                jail_spec([workdir, build_dir], [problem.path, self.root], namespaces=False)
         view = buildcache.view(self.build_root, build_dir, workdir)
-        served = [exchange.with_suffix(".in")] if exchange else []  # its forward exchange: inputs read, ctl written
-        return jail_spec([workdir], [problem.path, candidate.resolve(), self.build_root / "pch", *served], view=view,
-                         write_files=[exchange] if exchange else None) | {"disk": self.disks.get(workdir.parent)}
+        return jail_spec([workdir], [problem.path, candidate.resolve(), self.build_root / "pch", *served], view=view) | \
+            {"disk": self.disks.get(workdir.parent)}
 
     def tool(self, scratch: Path) -> buildcache.Tool:
         """Runs a compiler in the jail, writing only `scratch` and reading the precompiled headers' folder (the
@@ -129,7 +132,7 @@ class Batch:
     def _secrets(self, role: str) -> dict:
         """Seeds for the roles that run the model; the compile child, which only imports candidate code (and
         could stash what it sees for the candidate child), gets none. The candidate runs its trials shuffled."""
-        if role == "compile":
+        if role in ("compile", "serve"):  # a server's inputs are the comparer's to make
             return {}
         seeds = self.reference_seeds() if role == "reference" \
             else secrets.SystemRandom().sample(self.trial_seeds, len(self.trial_seeds))

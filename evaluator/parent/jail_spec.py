@@ -31,20 +31,18 @@ EXTRA_READ_VAR = "KFORGE_CHILD_READ"
 _NOBODY = 65534
 
 
-def jail_spec(writable: list[Path], readable: list[Path], namespaces: bool = True, view: dict | None = None,
-              write_files: list[Path] | None = None) -> dict:
+def jail_spec(writable: list[Path], readable: list[Path], namespaces: bool = True, view: dict | None = None) -> dict:
     """The jail's file rules for one child: write only `writable` (its scratch) and, through the `view` of the
     build cache (evaluator/parent/buildcache.py), its own build dir; read the system, Python, kforge's code,
     `readable` (its problem and candidate files, the shared precompiled headers) and what EXTRA_READ_VAR names;
-    list the rest of the checkout; write but not resize `write_files` (a forward exchange's ctl page). Without
-    `namespaces` it keeps kforge's PID namespace (the trusted comparer on CUDA)."""
+    list the rest of the checkout. Without `namespaces` it keeps kforge's PID namespace (the trusted comparer on
+    CUDA)."""
     cuda = [os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)]
     extra = [p for p in os.environ.get(EXTRA_READ_VAR, "").split(os.pathsep) if p]
     read = {*_SYSTEM_READ, *_python(), *cuda, *map(str, readable), *(str(ROOT / p) for p in _CODE), *extra}
     read = sorted(read - {os.getcwd()})  # sys.path may name the cwd
     write = [str(p) for p in writable]
-    files = [str(p) for p in write_files or []]
-    return {"read": read, "write": write, "write_files": files, "list": ["/dev", str(ROOT)], "namespaces": namespaces,
+    return {"read": read, "write": write, "list": ["/dev", str(ROOT)], "namespaces": namespaces,
             "view": view, "identity": child_identity(read, write + ([view["own"]] if view else []))}
 
 

@@ -18,7 +18,6 @@ from typing import Callable
 
 from pydantic import BaseModel
 
-from evaluator import exchange
 from evaluator.parent.batch import Batch
 from evaluator.contracts import EvalSettings, EvaluatorError
 from evaluator.hardware import device_memory
@@ -73,8 +72,8 @@ def _workdir(batch: Batch, problem: Problem, gpu: str | None, pair: int = 0) -> 
 
 
 def exchanges(batch: Batch, problem: Problem, gpu: str | None, pair: int = 0) -> Path:
-    """The folder of the forward exchanges (evaluator.exchange) of the problem's comparer on `gpu` for `pair`: its
-    own, through which its reference is timed, and one per candidate it times beside."""
+    """The folder of the forward exchanges (evaluator.exchange) of the problem's comparer on `gpu` for `pair`: two
+    per candidate it times beside, the candidate's and its reference's."""
     return _workdir(batch, problem, gpu, pair) / "exchange"
 
 
@@ -132,7 +131,7 @@ class ReferenceServer:
         folder = None
         if batch.trusted_timing():
             folder = exchanges(batch, self.problem, self.gpu, self.pair)
-            exchange.create(folder, "reference")
+            folder.mkdir(parents=True, exist_ok=True)
         request = batch.request("reference", self.problem, self.workdir / "out", resident_bytes=budget, audit=self.audit,
                                 exchange=str(folder) if folder else None)
         settled: list[float] = []

@@ -25,9 +25,9 @@ from evaluator.sandbox import gpumemory
 from evaluator.sandbox.gpumemory import ProcessMemory
 from evaluator.verdict.case import Outcome, Reference, harness_call
 from evaluator.verdict.pacing import Pacer
-from evaluator.protocol import Ack, Check, Go
+from evaluator.protocol import Ack, Arm, Check, Go
 from evaluator.parent.references import OpenProblems, ReferenceFailed, ReferenceServer, exchanges, run_budget_s
-from evaluator.parent.trusted_timing import TrustedTiming
+from evaluator.parent.trusted_timing import REFERENCE, TrustedTiming
 from evaluator.parent.stream import Arrivals, JobStream
 from evaluator.sandbox.results import Budget, ChildResult
 from evaluator.sandbox.spawn import Child
@@ -72,7 +72,7 @@ def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: d
     probed: list[bool] = []
 
     def on_message(message: dict) -> Ack | Check | Go | None:
-        if serve is not None and message.get("event") == "stage" and message.get("stage") == "serving" and not probed:
+        if serve is not None and message.get("event") == "serving" and not probed:
             probed.append(True)  # once: it ends the candidate's calls
             serve()
             return None
@@ -127,20 +127,42 @@ def _exchange(batch: Batch, prep: Prepared, gpu: str | None, pair: int) -> tuple
 
 def _spawn_candidate(batch: Batch, prep: Prepared, gpu: str | None, pair: int = 0) -> Child:
     """The candidate's child, started (interpreter, jail, torch) for `gpu`, not yet told anything; its forward
-    exchange made first, so its jail can name the two files."""
+    exchange made first, so its jail can name its inputs file."""
     found = _exchange(batch, prep, gpu, pair)
-    ctl = exchange.create(*found)[0] if found else None
-    return batch.spawn(prep.workdir, prep.build_dir, prep.job.problem, prep.candidate, gpu=gpu, exchange=ctl)
+    inputs = exchange.create(*found)[1] if found else None
+    return batch.spawn(prep.workdir, prep.build_dir, prep.job.problem, prep.candidate, gpu=gpu, exchange=inputs)
 
 
-def _serve(batch: Batch, prep: Prepared, server: ReferenceServer, child: Child, pair: int, pacer: Pacer,
-           checks: Checks, comparisons: dict[str, dict]) -> Callable[[], None]:
+def _reference_server(batch: Batch, prep: Prepared, gpu: str | None, pair: int) -> Child:
+    """The problem's reference as a forward server, in a fresh child of its own beside the candidate's (started
+    now, while the candidate runs its untimed stages), with its exchange in the same folder: both sides are then
+    timed in a process that did not fill its inputs. Served by the comparer itself, whose last act before each call
+    was writing them, an identical candidate timed 0.84-0.93x its reference with a core hogged."""
+    folder, name = _exchange(batch, prep, gpu, pair)
+    inputs = exchange.create(folder, f"{name}-{REFERENCE}")[1]
+    workdir = folder.parent / "serve" / name
+    child = batch.spawn(workdir, workdir / "build", prep.job.problem, gpu=gpu, exchange=inputs)
+    child.begin(batch.request("serve", prep.job.problem, workdir / "out", exchange=str(inputs)))
+    return child
+
+
+def _serve(batch: Batch, prep: Prepared, server: ReferenceServer, child: Child, reference: Child, pair: int,
+           pacer: Pacer, checks: Checks, comparisons: dict[str, dict]) -> Callable[[], None]:
     """What the parent does when the candidate's child says it is serving: times it (evaluator.parent.trusted_timing)
-    beside its reference, then has the comparer judge the calls it drew and the verify call, from its own reads."""
+    beside its reference's server, then has the comparer judge the calls it drew and the verify call, from its own
+    reads. A reference server that never served is kforge's failure, not the candidate's."""
     def serve() -> None:
         folder, name = _exchange(batch, prep, server.gpu, pair)
-        timer = TrustedTiming(server.child, child, folder, name, batch.settings, batch.settings.rep_ms / batch.pairs(),
-                              cores=batch.cores[1])
+        serving = reference.wait_for("serving", timeout_s=run_budget_s(batch.settings, server.reference))
+        if serving is None:
+            reference.finish(wait=False)
+            comparisons["verify"] = {"error": f"the reference's forward server did not start: "
+                                              f"{reference.result.log_tail(300).strip() or 'no log'}", "comparer_died": True}
+            checks.asked.append("verify")
+            child.send(Arm(end=True))
+            return
+        timer = TrustedTiming(server.child, child, reference, folder, name, batch.settings,
+                              batch.settings.rep_ms / batch.pairs(), cores=batch.cores[1])
         timer.done.paired = pacer.paired  # one record: a pace the candidate forged is named there too
         done = timer.run(child.paused)
         pacer.paired.timing, pacer.ended = done.timing, True
@@ -230,9 +252,6 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, 
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired and not trusted)
     memory = ProcessMemory(lambda: take.device if take.held and settings.device == "cuda" else None, child.proc.pid)
     checks = Checks(0 if trusted else settings.max_reps)
-    serve = _serve(batch, prep, server, child, pair, pacer, checks, comparisons) if trusted else None
-    child.on_message = _relay(batch, prep, server, comparisons, pacer, memory, waited, checks,  # it has sent only `loaded`
-                              _opener(batch, take), finished, serve)
     pacer.hold = child.paused  # the candidate's processes are stopped while its reference block runs
     waiting = time.monotonic()
     try:
@@ -241,6 +260,10 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, 
         child.finish(wait=False)
         return Verdict.of(prep.job, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
     waited_s = time.monotonic() - waiting
+    reference = _reference_server(batch, prep, server.gpu, pair) if trusted else None
+    serve = _serve(batch, prep, server, child, reference, pair, pacer, checks, comparisons) if reference else None
+    child.on_message = _relay(batch, prep, server, comparisons, pacer, memory, waited, checks,  # it has sent only `loaded`
+                              _opener(batch, take), finished, serve)
     if child.result.arrival("loaded") is None:
         take.release()  # the reference ran on it; this child takes it again once loaded
     budget = run_budget(settings, ref)
@@ -254,9 +277,13 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, 
         return gpu
 
     found = _exchange(batch, prep, gpu, pair)
-    extra = {"exchange": str(exchange.paths(*found)[0])} if found else {}
+    extra = {"exchange": str(exchange.paths(*found)[1])} if found else {}
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate, **extra), gate=gate)
-    return Ran(child.finish(), ref, budget, comparisons, pacer, memory, waited_s, waited, beside, checks=checks)
+    try:
+        return Ran(child.finish(), ref, budget, comparisons, pacer, memory, waited_s, waited, beside, checks=checks)
+    finally:
+        if reference is not None:
+            reference.finish(wait=False)
 
 
 Stage = Callable[[CandidateJob, str], None]

@@ -6,8 +6,9 @@ lattice of them at once when `done` is seen, the whole of those it draws for com
 What the candidate's process can do to its numbers is only its call: it never holds a seed or a future input,
 never sees the clock, the choice of checked calls or the read positions, and nothing it sends is a measurement.
 A call whose work is left for after `done` misses the glimpse taken then; a call done early from a thread sees
-inputs not yet written. Both sides go through the same steps (the reference served by its comparer), rounds
-interleaved by a secret coin, the candidate frozen while the reference runs (evaluator.verdict.pacing)."""
+inputs not yet written. Both sides go through the same steps (the reference served by a child of its own, its
+inputs filled by the comparer as the candidate's are), rounds interleaved by a secret coin, the candidate frozen
+while the reference runs (evaluator.verdict.pacing)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import torch
 from evaluator import exchange
 from evaluator.child.timing import ROUND, lattice_steps
 from evaluator.child.trials import TIMED
-from evaluator.protocol import Arm, Call, Fill, Timing
+from evaluator.protocol import Arm, Fill, Timing
 from evaluator.sandbox import memory
 from evaluator.sandbox.cgroups import FreezeIncomplete
 from evaluator.verdict.checks import CHECKED
@@ -106,26 +107,37 @@ def _snapshot(pid: int, outputs: list[exchange.Output]) -> bytes:
     return b"".join(parts)
 
 
+REFERENCE = "reference"  # the suffix of the exchange of a candidate's reference server: NAME-reference
+
+
 class _Ring:
-    """One forward server's ctl page, as the parent rings it."""
+    """One forward server as the parent rings it: its control page in its memory, its fill word in the comparer's
+    ctl file."""
 
-    def __init__(self, ctl: Path, alive, deadline: float):
-        self.page, self.alive, self.deadline = exchange.map_file(ctl, writable=True), alive, deadline
+    def __init__(self, child, ctl: Path, alive, deadline: float):
+        control = int(child.result.last("serving")["control"])
+        self.child, self.pid, self.control = child, memory.server_pid(child.proc.pid), control
+        self.armed, self.go, self.done = (memory.Word(self.pid, control + at) for at in (exchange.ARMED, exchange.GO,
+                                                                                            exchange.DONE))
+        self.fill, self.alive, self.deadline, self.seq = exchange.map_file(ctl, writable=False), alive, deadline, 0
 
-    def wait(self, at: int, seq: int) -> None:
-        page, spins = self.page, 0
-        while exchange.word(page, at) != seq:
+    def wait(self, look, seq: int) -> None:
+        spins = 0
+        while look() != seq:
             spins += 1
             if spins % _POLL == 0 and (time.monotonic() > self.deadline or not self.alive()):
                 raise Stalled(f"the forward server did not answer call {seq}")
 
     def clocked(self, seq: int) -> float:
         """Say go once armed; ms from go to done, by this process's clock."""
-        self.wait(exchange.ARMED, seq)
+        self.wait(self.armed.get, seq)
         start = time.perf_counter()
-        exchange.put(self.page, exchange.GO, seq)
-        self.wait(exchange.DONE, seq)
+        self.go.set(seq)
+        self.wait(self.done.get, seq)
         return (time.perf_counter() - start) * 1e3
+
+    def outputs(self) -> list[exchange.Output]:
+        return exchange.read_outputs(memory.read_range(self.pid, self.control, exchange.CTL_BYTES))
 
 
 @dataclass
@@ -141,30 +153,37 @@ class Timed:
 
 
 class TrustedTiming:
-    """Times one candidate beside its problem's reference. `comparer` and `candidate` are their Children; `folder`
-    the comparer's exchange folder, `name` the candidate's exchange there; `settings` the batch's EvalSettings."""
+    """Times one candidate beside its problem's reference. `comparer`, `candidate` and `reference` are their
+    Children (the reference's: its forward server); `folder` the comparer's exchange folder, `name` the
+    candidate's exchange there (its reference's: NAME-reference); `settings` the batch's EvalSettings."""
 
-    def __init__(self, comparer, candidate, folder: Path, name: str, settings, rep_ms: float, cores: set[int]):
+    def __init__(self, comparer, candidate, reference, folder: Path, name: str, settings, rep_ms: float,
+                 cores: set[int]):
         deadline = candidate.result.started + candidate.limits.timeout_s
-        self.comparer, self.candidate, self.folder, self.name = comparer, candidate, folder, name
+        self.comparer, self.candidate, self.reference, self.folder, self.name = comparer, candidate, reference, folder, name
         self.settings, self.rep_ms, self.cores = settings, rep_ms, cores
-        alive = lambda: candidate.proc.poll() is None and comparer.proc.poll() is None  # noqa: E731
-        self.mine = _Ring(exchange.paths(folder, name)[0], alive, deadline)
-        self.ref = _Ring(exchange.paths(folder, "reference")[0], alive, deadline)
-        self.pid, self.ref_pid = memory.server_pid(candidate.proc.pid), memory.server_pid(comparer.proc.pid)
-        self.seq = self.ref_seq = 0
+        alive = lambda: all(c.proc.poll() is None for c in (comparer, candidate, reference))  # noqa: E731
+        self.names = {"candidate": name, REFERENCE: f"{name}-{REFERENCE}"}
+        self.rings = {side: _Ring(child, exchange.paths(folder, self.names[side])[0], alive, deadline)
+                      for side, child in (("candidate", candidate), (REFERENCE, reference))}
         self.coin = random.SystemRandom()
         self.plans: dict[tuple[int, int], _Plan] = {}  # (pid, output) -> where the next glimpse reads
         self.done = Timed()
 
+    def _call(self, side: str, label: str) -> tuple[float, list[exchange.Output], list]:
+        """One call of either side, through the same steps: the comparer fills its inputs, the server is armed and
+        rung, and its outputs are glimpsed the moment it says done."""
+        ring = self.rings[side]
+        ring.seq += 1
+        self.comparer.send(Fill(name=self.names[side], label=label, seq=ring.seq))
+        ring.wait(lambda: exchange.word(ring.fill, exchange.FILLED), ring.seq)
+        ring.child.send(Arm(arm=ring.seq))
+        ms = ring.clocked(ring.seq)
+        outputs = ring.outputs()
+        return ms, outputs, self._glimpse(ring.pid, outputs)
+
     def _candidate_call(self, label: str) -> tuple[float, list[exchange.Output], list]:
-        self.seq += 1
-        self.comparer.send(Fill(name=self.name, label=label, seq=self.seq))
-        self.mine.wait(exchange.FILLED, self.seq)
-        self.candidate.send(Arm(arm=self.seq))
-        ms = self.mine.clocked(self.seq)
-        outputs = exchange.read_outputs(self.mine.page)
-        return ms, outputs, self._glimpse(self.pid, outputs)
+        return self._call("candidate", label)
 
     def _glimpse(self, pid: int, outputs: list[exchange.Output]) -> list:
         seen = []
@@ -182,13 +201,9 @@ class TrustedTiming:
     def _reference_call(self, label: str, least: int = 1, rep: int = 0) -> float:
         """One call of the reference, its outputs read as a candidate's are (a glimpse at done, the whole at the
         same odds), so both sides' memory is touched alike by this process between calls."""
-        self.ref_seq += 1
-        self.comparer.send(Call(label=label, seq=self.ref_seq))
-        ms = self.ref.clocked(self.ref_seq)
-        outputs = exchange.read_outputs(self.ref.page)
-        self._glimpse(self.ref_pid, outputs)
+        ms, outputs, _ = self._call(REFERENCE, label)
         if self.coin.random() < CHECKED / max(least, rep + 1):
-            _snapshot(self.ref_pid, outputs)
+            _snapshot(self.rings[REFERENCE].pid, outputs)
         return ms
 
     def _keep(self, label: str, outputs: list[exchange.Output], seen: list) -> None:
@@ -196,7 +211,7 @@ class TrustedTiming:
         path = self.folder / f"{self.name}-{label}.out"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
-            os.write(fd, _snapshot(self.pid, outputs))
+            os.write(fd, _snapshot(self.rings["candidate"].pid, outputs))
         finally:
             os.close(fd)
         metas = [_meta(o) | ({"seen": s} if s else {}) for o, s in zip(outputs, seen)]
@@ -214,12 +229,14 @@ class TrustedTiming:
         return max(costs[len(costs) // 2], 1e-3), calls
 
     def _warm(self) -> int:
+        """The candidate's estimate and warm-up calls, then as many of the reference's: both servers come to their
+        first timed call after the same number of calls through their exchanges."""
         estimate, calls = self._estimate()
-        for _ in range(2):  # the reference's first calls through its exchange map its pages
-            self._reference_call(f"{TIMED}{-1}")
         warm = max(0, int((self.settings.warmup_ms - estimate * calls) / estimate))
         for k in range(warm):
             self._candidate_call(f"{TIMED}{-(calls + k + 1)}")
+        for k in range(calls + warm):
+            self._reference_call(f"{TIMED}{-(k + 1)}")
         self.estimate = estimate
         return calls + warm
 
@@ -263,7 +280,8 @@ class TrustedTiming:
             os.sched_setaffinity(0, mine)
             if policy is not None:
                 os.sched_setscheduler(0, *policy)
-            self.candidate.send(Arm(end=True))
+            for child in (self.candidate, self.reference):
+                child.send(Arm(end=True))
         return self.done
 
     def _rounds(self, hold) -> None:

@@ -190,8 +190,6 @@ def _landlock(spec: dict) -> str:
             rules.allow_path(path, AccessFS.READ_DIR)
         for path in [*spec["write"], *([spec["view"]["own"]] if spec.get("view") else []), *(["/dev/shm"] if profile else [])]:
             rules.allow_path(path, _WRITE)
-        for path in spec.get("write_files", []):  # a forward exchange's ctl page: written, never resized
-            rules.allow_path(path, AccessFS.READ_FILE | AccessFS.WRITE_FILE)
         # its own /proc/<pid>; in the profile variant's outer layer every process's of the jail (its own /proc):
         # there ncu starts the target, whose pid is not known here, and the target narrows it (narrow_profile_target)
         rules.allow_path("/proc" if spec.get("whole_proc") else os.path.realpath("/proc/self"), _OWN_PROC)
