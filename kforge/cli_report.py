@@ -62,7 +62,8 @@ def import_(file: Annotated[Path, typer.Argument(help="a `kforge export --jsonl`
     from kforge.transfer import TransferError, import_jsonl
 
     if not file.is_file():
-        raise UserError(f"no such file: {file}")
+        raise UserError(f"{file}: is a folder; name a file that `kforge export --jsonl` wrote" if file.is_dir()
+                        else f"no such file: {file}")
     try:
         counts = import_jsonl(open_db(db), file)
     except TransferError as exc:

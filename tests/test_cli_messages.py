@@ -35,6 +35,7 @@ def one_line(proc) -> str:
     (["export", "--trace", str(ROOT)], f"--trace {ROOT}: is a folder; name a file to write"),
     (["export", "--jsonl", f"{README}/out.jsonl"], f"--jsonl {README}/out.jsonl: cannot write: Not a directory"),
     (["import", "/proc/self/mem"], "/proc/self/mem: cannot read it: Input/output error"),
+    (["import", str(ROOT)], f"{ROOT}: is a folder; name a file that `kforge export --jsonl` wrote"),
     (["generate", "--problem", "relu", "--replay", str(ROOT / "recordings" / "seeds"), "--device", "cpu",
       "--out", str(README)], f"--out {README}: is a file; name a folder (made if missing)"),
     (["problems", "import", str(README)],
