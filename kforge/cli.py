@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import functools
+from collections import Counter
 import hashlib
 import json
 import os
@@ -41,19 +42,25 @@ def runner_for(name: str, address: str | None) -> Backend | None:
 
 
 def candidate_file(path: Path) -> tuple[Path, bytes]:
-    """A readable .py text file and its bytes, read once: the job carries them to the db and the evaluator."""
+    """A readable .py file and its bytes, read once: the job carries them to the db and the evaluator."""
     if path.is_dir():
         raise UserError(f"{path} is a folder: submit judges one file (kforge evaluate {path} judges a folder)")
     if not path.is_file():
         raise UserError(f"no such file: {path}")
     if path.suffix != ".py":
         raise UserError(f"{path} is not a Python file (expected a .py candidate)")
-    raw = path.read_bytes()
+    return path.resolve(), path.read_bytes()
+
+
+def refusal(path: Path, raw: bytes, settings: EvalSettings) -> str | None:
+    """Why a file is no kforge candidate (not UTF-8 text, prose, no ModelNew: a problem file itself), in one line;
+    None for a candidate. Nothing is stored for a refused file."""
     try:
-        raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise UserError(f"{path} is not a Python file (not UTF-8 text)") from None
-    return path.resolve(), raw
+        return f"{path.name}: not UTF-8 text: not a kforge candidate"
+    check = check_source(text, settings.language)
+    return f"{path.name}: {check.cause}: not a kforge candidate" if check.status is Status.INVALID else None
 
 
 def problem_for(path: Path, problem: str | None) -> Problem:
@@ -169,17 +176,17 @@ def submit(file: Annotated[Path, typer.Argument(help="candidate .py defining Mod
     """Evaluate one candidate file and store the verdict."""
     path, raw = candidate_file(file)
     settings = eval_settings(device, size, backend=backend, precision=precision)
-    check = check_source(raw.decode(), settings.language)
-    if check.status is Status.INVALID:
-        raise UserError(f"{path.name}: {check.cause}: not a kforge candidate")
+    if why := refusal(path, raw, settings):
+        raise UserError(why)
     job = CandidateJob(path=path, problem=problem_for(path, problem), source=raw)
     check_sizes([job.problem], settings)
     emit(run_jobs(open_db(db), [job], settings, rerun, progress=not as_json), as_json)
 
 
-def collect(directory: Path, problem: str | None) -> list[CandidateJob]:
-    """Every .py under DIR whose folder names a problem, or that KernelBench named level_L_problem_P_sample_S_kernel.py
-    (its problem imported by `kforge problems import`); all of them with --problem."""
+def collect(directory: Path, problem: str | None, settings: EvalSettings) -> tuple[list[CandidateJob], list[str]]:
+    """Every candidate .py under DIR whose folder names a problem, or that KernelBench named
+    level_L_problem_P_sample_S_kernel.py (its problem imported by `kforge problems import`); all of them with
+    --problem. Returns them and why each other file there is no candidate (said as found, one line each)."""
     if directory.is_file():
         raise UserError(f"{directory} is a file: evaluate judges the .py files of a folder (kforge submit {directory} "
                         "judges one file)")
@@ -189,18 +196,27 @@ def collect(directory: Path, problem: str | None) -> list[CandidateJob]:
     known = {p.name: p for p in list_problems(problems_dir())}
     paths = sorted(directory.rglob("*.py"))
     samples = {} if fixed else kernelbench.problems_for([p for p in paths if p.parent.name not in known], known.values())
-    jobs, skipped = [], []
+    jobs, refused = [], []
     for path in paths:
         target = fixed or known.get(path.parent.name) or samples.get(path)
         if target is None:
-            skipped.append(path)
+            err.print(f"kforge: skipping {path}: folder '{path.parent.name}' is no registered problem (use --problem)")
+        elif why := refusal(path, raw := path.read_bytes(), settings):
+            refused.append(why)
+            err.print(f"kforge: refused {why}", markup=False, highlight=False, soft_wrap=True)
         else:
-            jobs.append(CandidateJob(path=path.resolve(), problem=target))
-    for path in skipped:
-        err.print(f"kforge: skipping {path}: folder '{path.parent.name}' is no registered problem (use --problem)")
+            jobs.append(CandidateJob(path=path.resolve(), problem=target, source=raw))
     if not jobs:
-        raise UserError(f"no candidate .py files under {directory}")
-    return jobs
+        raise UserError(f"no candidate .py files under {directory}" + (f": {refused_summary(refused)}" if refused else ""))
+    return jobs, refused
+
+
+def refused_summary(refused: list[str]) -> str:
+    """How many files were refused, and why: `3 file(s) refused, not kforge candidates (2 no ModelNew defined at
+    module level, 1 no line of Python code (prose?))`."""
+    reasons = Counter(why.split(": ")[1] if ": " in why else why for why in refused)
+    return (f"{len(refused)} file(s) refused, not kforge candidates ("
+            + ", ".join(f"{n} {reason}" for reason, n in reasons.items()) + ")")
 
 
 @app.command("evaluate")
@@ -216,13 +232,18 @@ def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/
                  address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local one)")] = None,
                  backend: BackendOpt = None, precision: PrecisionOpt = "fp32") -> None:
     """Evaluate every candidate in a directory (solutions/<problem>/<name>.py, or a KernelBench run directory of
-    level_L_problem_P_sample_S_kernel.py files). Exit 1 if a problem's reference failed (its candidates are
-    reference_error), 2 on bad input."""
-    candidates = collect(directory, problem)
+    level_L_problem_P_sample_S_kernel.py files). A file that is no candidate (prose, no ModelNew, a problem file) is
+    refused with one line and nothing stored for it. Exit 1 if a problem's reference failed (its candidates are
+    reference_error), 2 on bad input or when no file was a candidate."""
     settings = eval_settings(device, size, jobs, compile_baseline, gpus, backend, precision)
+    candidates, refused = collect(directory, problem, settings)
     check_sizes([job.problem for job in candidates], settings)
     run = runner_for(runner, address)
-    emit(run_jobs(open_db(db), candidates, settings, rerun, progress=not as_json, backend=run), as_json)
+    try:
+        emit(run_jobs(open_db(db), candidates, settings, rerun, progress=not as_json, backend=run), as_json)
+    finally:
+        if refused:
+            err.print(f"kforge: {refused_summary(refused)}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
