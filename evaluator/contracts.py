@@ -94,8 +94,9 @@ class EvalSettings(BaseModel):
     max_reps: int = 1000
     rel_ci: float | None = 0.005  # stop timing once the median's 95 % interval is within +-0.5 % (None: run rep_ms)
     paired: bool = True  # time the reference beside each round of the candidate (False: apart, one after the other)
-    # CPU, paired: the candidate is a forward server, timed and read by kforge's own process (parent/trusted_timing.py)
-    forward_server: bool = False
+    # CPU, paired: the candidate is a forward server, timed and read by kforge's own process (parent/trusted_timing.py);
+    # False: timed by the harness in its own process (the in-process design, which a candidate can reach)
+    forward_server: bool = True
     compile_baseline: bool = False  # also time torch.compile(reference)
     cpu_threads: int = Field(1, ge=1)  # CPU runs: same thread count for both sides; 1 keeps timings stable
     cpu_pairs: int = Field(3, ge=1)  # CPU runs: fresh process pairs a correct candidate is timed in (runner.py)

@@ -1,16 +1,17 @@
 """The forward exchange: the shared memory through which trusted code has a forward server (a candidate's child, or
-the problem's reference in a child of its own) run one call at a time, while trusted code makes its inputs, holds
-the clock and reads its outputs.
+the problem's reference in a child of its own) run one call at a time, while trusted code makes its inputs, starts
+the call, holds the clock and reads its outputs.
 
-Two files per server, made by the parent in the comparer's exchange folder before the server starts:
-- `NAME.in`: the inputs, written by the comparer only (the server maps it read-only: the jail lets it read this
-  file and nothing else of the folder): a header with the inputs' layout (JSON) and, from DATA, their bytes.
-- `NAME.ctl`: one page, the comparer's word `filled`, read by the parent; the server cannot open it.
-The server's own words (`armed`, `done`, the outputs' descriptions) lie in a control page of its own memory
-(CTL_BYTES), which the parent reads, and where it writes `go`, through the kernel (evaluator.sandbox.memory):
-nothing the server can write lies outside its own memory, so it can neither fill a disk nor resize a file another
-process maps. Nothing here decides anything: the parent reads `done` on its own clock and the outputs' bytes from
-the server's memory itself, and treats everything the server wrote as a claim to check.
+- `NAME.in`, one file per server, made by the parent in the comparer's exchange folder before the server starts:
+  the inputs, written by the comparer only (the server maps it read-only: the jail lets it read this file and
+  nothing else of the folder). Its head holds the word `go`, the layout's version and the file's size, then the
+  layout (JSON); the inputs' bytes begin at DATA. The comparer writes `go` as the last act of a fill, while it
+  holds the timing core (evaluator.parent.trusted_timing): nothing of the server runs between the inputs' first
+  byte and `go`, and the parent's clock starts when it sees `go`.
+- The server's control page (CTL_BYTES of its own memory): `armed`, `done` and the outputs' descriptions, which
+  the parent reads through the kernel (evaluator.sandbox.memory). Nothing the server can write lies outside its
+  own memory, so it can neither fill a disk nor resize a file another process maps; what it writes there is a
+  claim the parent checks.
 Only the standard library is imported: the parent's side needs no torch.
 """
 
@@ -23,11 +24,14 @@ import struct
 from pathlib import Path
 
 CTL_BYTES = 4096
-DATA = 1 << 16  # where the inputs' bytes begin in the .in file; the layout's JSON lies before it
+DATA = 1 << 16  # where the inputs' bytes begin in the .in file; its head and the layout's JSON lie before it
 ALIGN = 4096  # each input starts on a page of its own, as a fresh large allocation would
 MAX_OUTPUTS, MAX_DIMS = 16, 8
-# words (u64 at these byte offsets): FILLED in the comparer's .ctl file, the rest in the server's control page
-FILLED, ARMED, GO, DONE, COUNT = 0, 8, 16, 24, 32
+# words (u64 at these byte offsets) of the .in file's head, written by the comparer
+GO, VERSION, SIZE, LAYOUT = 0, 8, 16, 24
+_JSON = 64
+# words of a server's control page, written by the server
+ARMED, DONE, COUNT = 0, 8, 16
 _OUTPUTS = 64
 _RECORD = struct.Struct(f"<3q{MAX_DIMS}q{MAX_DIMS}q")  # data_ptr, dtype code, ndim, shape, strides (elements)
 _WORD = struct.Struct("<Q")
@@ -38,24 +42,21 @@ ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8,
             "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16}
 
 
-def paths(folder: Path, name: str) -> tuple[Path, Path]:
-    return folder / f"{name}.ctl", folder / f"{name}.in"
+def inputs_path(folder: Path, name: str) -> Path:
+    return folder / f"{name}.in"
 
 
-def create(folder: Path, name: str, owner: int | None = None) -> tuple[Path, Path]:
-    """The two files of one server, empty but for the ctl page, owned by the uid its children run as."""
+def create(folder: Path, name: str) -> Path:
+    """The inputs file of one server, its head only, readable by the uid its children run as."""
     folder.mkdir(parents=True, exist_ok=True)
-    ctl, inp = paths(folder, name)
-    for path, size in ((ctl, CTL_BYTES), (inp, DATA)):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        try:
-            os.ftruncate(fd, size)
-            os.fchmod(fd, 0o666)  # the comparer and the server may run as another uid; the jail is the wall
-            if owner is not None:
-                os.fchown(fd, owner, owner)
-        finally:
-            os.close(fd)
-    return ctl, inp
+    path = inputs_path(folder, name)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        os.ftruncate(fd, DATA)
+        os.fchmod(fd, 0o666)  # the comparer and the server may run as another uid; the jail is the wall
+    finally:
+        os.close(fd)
+    return path
 
 
 def map_file(path: Path, writable: bool) -> mmap.mmap:
@@ -122,14 +123,17 @@ def read_outputs(page) -> list[Output]:
 
 
 def write_layout(page: mmap.mmap, layout: dict) -> None:
-    """The comparer's side: the inputs' layout (offsets, shapes, dtypes; plain values) at the head of the .in file."""
+    """The comparer's side: the inputs' layout (offsets, shapes, dtypes; plain values) at the head of the .in file,
+    under a new version, with the file's size: a server reloads its views only when either changed."""
     text = json.dumps(layout).encode()
-    if 8 + len(text) > DATA:
-        raise ValueError(f"the inputs' layout takes {len(text):,} bytes, more than the {DATA - 8:,} it has")
-    page[8:8 + len(text)] = text
-    put(page, 0, len(text))
+    if _JSON + len(text) > DATA:
+        raise ValueError(f"the inputs' layout takes {len(text):,} bytes, more than the {DATA - _JSON:,} it has")
+    page[_JSON:_JSON + len(text)] = text
+    put(page, LAYOUT, len(text))
+    put(page, SIZE, len(page))
+    put(page, VERSION, word(page, VERSION) + 1)
 
 
 def read_layout(page: mmap.mmap) -> dict:
-    size = word(page, 0)
-    return json.loads(bytes(page[8:8 + min(size, DATA - 8)]))
+    size = word(page, LAYOUT)
+    return json.loads(bytes(page[_JSON:_JSON + min(size, DATA - _JSON)]))

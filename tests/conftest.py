@@ -94,10 +94,12 @@ def build_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def adversarial_build_root(build_root) -> Path:
-    """The build root with the adversarial candidates' shared kernel built in (tests/adversarial/prebuilt.py)."""
+    """The build root with the adversarial candidates' shared kernel and native thread built in
+    (tests/adversarial/prebuilt.py)."""
     from tests.adversarial.prebuilt import prebuild
 
     prebuild(build_root, "tests.adversarial.tiny_ext")
+    prebuild(build_root, "tests.adversarial.native_spy")
     return build_root
 
 

@@ -14,7 +14,8 @@ from evaluator import CandidateJob, EvalSettings, Status, Verdict, evaluate
 from reference_problems import resolve_problem
 
 FORWARD = ROOT / "tests" / "adversarial" / "forward"
-NAMES = ["honest", "patch_everything", "early_done", "forge_done", "seeds_from_request", "write_inputs"]
+NAMES = ["honest", "patch_everything", "early_done", "forge_done", "seeds_from_request", "write_inputs",
+         "compute_before_go", "arm_computes_first", "runs_during_fill"]
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +63,18 @@ def test_the_seeds_a_candidate_finds_in_its_process_predict_no_timed_input(verdi
     v = verdicts["seeds_from_request"]
     assert v.status in (Status.INCORRECT, Status.CHEAT), v.evidence
     assert "timed call" in v.evidence.cause or "after new data" in v.evidence.cause, v.evidence
+
+
+@pytest.mark.slow
+def test_no_work_starts_on_the_inputs_before_the_clock(verdicts):
+    """A thread that computes each call from its inputs as they appear gains nothing: the comparer holds the timing
+    core from the fill to `go`. A server that computes when armed computes the last call's inputs: stale."""
+    honest, watcher, early = verdicts["honest"], verdicts["compute_before_go"], verdicts["arm_computes_first"]
+    assert watcher.status in (Status.CHEAT, Status.INCORRECT) or watcher.speedup < 1.1 * honest.speedup, \
+        (watcher.speedup, honest.speedup, watcher.evidence.cause)
+    assert early.status in (Status.CHEAT, Status.INCORRECT), early.evidence
+    spy = verdicts["runs_during_fill"]  # it spoils its own outputs once it ran between the fill and `go`
+    assert spy.status is Status.CORRECT, spy.evidence.cause
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ from types import ModuleType
 
 import torch
 
-from evaluator import exchange
 from evaluator.child import audit_rules, ipc, timing, trials
 from evaluator.child.fills import Fills
 from evaluator.child.correctness import Comparison, judge_outputs, layout, load_outputs
@@ -167,8 +166,7 @@ class Comparer:
         self.expected, self.atol, self.rtol, self.timer, self.fills = expected, atol, rtol, timer, fills
 
     def fill(self, request: Fill) -> None:
-        self.fills.fill(request.name, request.label)
-        exchange.put(self.fills.ctl(request.name), exchange.FILLED, request.seq)
+        self.fills.fill(request.name, request.label, request.seq)
 
     def _against(self, got: list, got_meta: list[dict], label: str, trial: int) -> Comparison:
         exp = self.expected

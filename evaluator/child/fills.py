@@ -1,7 +1,9 @@
-"""The comparer's side of the forward exchanges (evaluator.exchange): it makes every timed call's inputs, for its
-own reference and for each candidate, from seeds only it holds, and writes them into that server's .in file just
-before the call. A candidate's process never holds a seed, a future input or the problem's input function's
-output before its call: a result precomputed at import has nothing to be computed from."""
+"""The comparer's side of the forward exchanges (evaluator.exchange): it makes every timed call's inputs, for each
+candidate and its reference's server, from seeds only it holds, writes them into that server's .in file just
+before the call and then says `go` there. A candidate's process never holds a seed, a future input or the
+problem's input function's output before its call: a result precomputed at import has nothing to be computed
+from, and while the comparer fills it holds the timing core (evaluator.parent.trusted_timing), so nothing of
+the server's can start on the inputs before `go`."""
 
 from __future__ import annotations
 
@@ -51,22 +53,21 @@ class _In:
 
 
 class Fills:
-    """Fills the exchanges of the comparer's folder: `fill(name, label)` writes call `label`'s inputs into
-    exchange `name` (CPU: after writing twice the largest cache, as every timed call starts cold)."""
+    """Fills the exchanges of the comparer's folder: `fill(name, label, seq)` writes call `label`'s inputs into
+    exchange `name` (CPU: after writing twice the largest cache, as every timed call starts cold), then says go
+    for call `seq`."""
 
     def __init__(self, folder: Path, problem: ModuleType, seed_of, device: str):
         self.folder, self.problem, self.seed_of, self.device = folder, problem, seed_of, device
         self.files: dict[str, _In] = {}
         self.views: dict[str, list] = {}  # per exchange: its inputs as tensors over its file, written in place
-        self.ctls: dict[str, mmap.mmap] = {}
         self._scrub = timing.cpu_flush_buffer() if device == "cpu" else None
 
-    def ctl(self, name: str) -> mmap.mmap:
-        if name not in self.ctls:
-            self.ctls[name] = exchange.map_file(exchange.paths(self.folder, name)[0], writable=True)
-        return self.ctls[name]
+    def fill(self, name: str, label: str, seq: int) -> None:
+        self._write(name, label)
+        exchange.put(self.files[name].page, exchange.GO, seq)
 
-    def fill(self, name: str, label: str) -> None:
+    def _write(self, name: str, label: str) -> None:
         """The caches written over first, then the inputs made straight into the file's views where the problem
         allows (trials.refill): no temporaries are freed on this side, whose reuse by the reference's output
         would be hot in cache where a candidate's is not (an identical candidate timed 0.75-0.85x that way)."""
@@ -88,7 +89,7 @@ class Fills:
         """Lay the inputs out in the server's .in file (grown if needed), copy them there, and keep views of them."""
         layout = _layout(inputs)
         if name not in self.files:
-            self.files[name] = _In(exchange.paths(self.folder, name)[1])
+            self.files[name] = _In(exchange.inputs_path(self.folder, name))
         page, views = self.files[name].fit(layout["size"]), []
         for item, value in zip(layout["inputs"], inputs):
             if "offset" not in item:

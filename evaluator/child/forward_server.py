@@ -1,7 +1,7 @@
 """A forward server: the one thing a timed child does with its model once the trusted side times it. Each call is
 rung by the parent (evaluator.parent.trusted_timing) over the exchange (evaluator.exchange): the inputs are the
-comparer's, mapped read-only; the server says it is armed in its control page, waits for the parent's `go` there,
-calls the model, describes where its outputs lie and says `done`. The clock is the parent's, the control page and
+comparer's, mapped read-only; the server says it is armed in its control page, waits for the comparer's `go` in
+the inputs' file, calls the model, describes where its outputs lie and says `done`. The clock is the parent's, the control page and
 the outputs are read by the parent from this process's memory, and which calls are compared is drawn by the parent
 after each one: nothing here is believed. The same code serves the problem's reference in a child of its own
 (the `serve` role), so both sides are timed through the same steps, each in a process that did not fill its inputs."""
@@ -54,33 +54,34 @@ def _describe(tensors: list) -> list[tuple[int, int, list[int], list[int]]]:
 
 
 class Server:
-    """The server's end of one exchange: `arm(seq)` runs call `seq` once the parent says go."""
+    """The server's end of one exchange: `arm(seq)` says it is armed for call `seq` and runs it at the comparer's
+    go."""
 
     def __init__(self, inp: Path, call):
         self.ctl = mmap.mmap(-1, exchange.CTL_BYTES)  # its control page, in its own memory (evaluator.exchange)
         self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.ctl))
         self.inp_path, self.call = inp, call
-        self.page, self.size, self.layout, self.inputs = None, 0, None, []
+        self.page, self.version, self.inputs = exchange.map_file(inp, writable=False), -1, []
         self.kept = None  # the last call's outputs, alive until the next call: the parent reads them meanwhile
 
     def _load(self) -> None:
         """The inputs' views, made again only where the comparer's layout changed (a problem whose shapes change
-        with the seed) or the file grew."""
-        size = self.inp_path.stat().st_size
-        if self.page is None or size != self.size:
-            self.page, self.size, self.layout = exchange.map_file(self.inp_path, writable=False), size, None
-        layout = exchange.read_layout(self.page)
-        if layout != self.layout:
-            self.layout, self.inputs = layout, _views(self.page, layout)
+        with the seed) or the file grew: two reads of its head otherwise."""
+        page = self.page
+        if exchange.word(page, exchange.SIZE) != len(page):
+            self.page = page = exchange.map_file(self.inp_path, writable=False)
+        version = exchange.word(page, exchange.VERSION)
+        if version != self.version:
+            self.version, self.inputs = version, _views(page, exchange.read_layout(page))
 
     def arm(self, seq: int) -> None:
-        self._load()
         self.kept = None
-        inputs, ctl = self.inputs, self.ctl
+        page, ctl = self.page, self.ctl
         exchange.put(ctl, exchange.ARMED, seq)
-        while exchange.word(ctl, exchange.GO) != seq:
+        while exchange.word(page, exchange.GO) != seq:
             pass
-        out = self.call(inputs)
+        self._load()
+        out = self.call(self.inputs)
         tensors = trials.as_tensors(out)
         exchange.write_outputs(ctl, _describe(tensors))
         exchange.put(ctl, exchange.DONE, seq)

@@ -5,7 +5,9 @@ The holder writes who it is (pid, command line, since when) into the lock file; 
 held writes a ticket (`DEVICE.line/PID.json`) and takes the device only once no live ticket older than its own is
 left, so processes take turns in the order they came instead of racing each poll. Tickets and holder records of
 dead processes are ignored. A wait is said once, through this module's logger (the caller decides where it
-shows), with the device, its holder and the waiter's place in line; `snapshot` lists every device for `status`."""
+shows), with the device, its holder (or, between two holds, who takes it next), the waiter's place in line and an
+estimate of the wait from how long the device's last holds lasted (`DEVICE.line/holds`, written by each holder as
+it gives the device back); `snapshot` lists every device for `status`."""
 
 from __future__ import annotations
 
@@ -17,11 +19,14 @@ import logging
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from statistics import fmean
 
 LOCK_DIR = Path("/tmp/kforge-device-locks")  # one place for every kforge process of the machine, whatever its TMPDIR
 _LINE = ".line"
+_HOLDS, _KEPT, _WIDTH = "holds", 20, 12  # in DEVICE.line/: the seconds of its last _KEPT holds, fixed-width lines
+_HELD: dict[int, tuple[str, float]] = {}  # this process's flock'd descriptors: their device, since when
 log = logging.getLogger(__name__)
 
 
@@ -54,14 +59,43 @@ class Party:
 
 @dataclass(frozen=True)
 class Device:
-    """One device's state: who holds it and who waits, first in line first."""
+    """One device's state: who holds it, who waits (first in line first) and how long its last holds lasted."""
     name: str
     holder: Party | None
     queue: list[Party]
+    holds: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"device": self.name, "holder": self.holder and asdict(self.holder),
-                "queue": [asdict(party) for party in self.queue]}
+                "queue": [{**asdict(party), "estimate_s": self.wait_s(place)} for place, party in enumerate(self.queue, 1)],
+                "holds_s": self.holds}
+
+    def holding(self, behind: Party | None = None) -> str:
+        """Who has the device: its holder, or between two holds the first in line (ahead of `behind`)."""
+        if self.holder is not None:
+            return f"held by {self.holder.describe()}"
+        ahead = [party for party in self.queue if behind is None or (party.since, party.pid) < (behind.since, behind.pid)]
+        return f"between holds, next: {ahead[0].describe()}" if ahead else "held by a process taking it now"
+
+    def wait_s(self, place: int) -> float | None:
+        """Seconds until place `place` in line has it: what the holder has left of a mean hold, then a mean hold
+        for each one ahead; None before any hold of it has ended."""
+        if not self.holds:
+            return None
+        mean = fmean(self.holds)
+        left = max(mean - (time.time() - self.holder.since), 0.0) if self.holder else 0.0
+        return left + mean * (place - 1)
+
+    def estimate(self, place: int) -> str:
+        wait = self.wait_s(place)
+        if wait is None:
+            return "no estimate yet (no hold of this device has ended)"
+        return (f"about {_duration(wait)} to wait (its last {len(self.holds)} holds took "
+                f"{_duration(fmean(self.holds))} on average)")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def _alive(pid: int) -> bool:
@@ -108,7 +142,32 @@ def snapshot() -> list[Device]:
     if not LOCK_DIR.is_dir():
         return []
     names = sorted(p.name for p in LOCK_DIR.iterdir() if p.is_file())
-    return [Device(name, Party.read(LOCK_DIR / name), _queue(name)) for name in names]
+    return [_device(name) for name in names]
+
+
+def _device(name: str) -> Device:
+    return Device(name, Party.read(LOCK_DIR / name), _queue(name), _holds(name))
+
+
+def _holds(name: str) -> list[float]:
+    try:
+        lines = (LOCK_DIR / (name + _LINE) / _HOLDS).read_text().split()
+    except OSError:
+        return []
+    return [float(line) for line in lines if line.replace(".", "", 1).isdigit()]
+
+
+def _note_hold(name: str, seconds: float) -> None:
+    """One more hold of the device, the oldest of _KEPT dropped: rewritten in place by the holder alone (it holds
+    the flock), every line as wide as the others, so a reader never meets half a number."""
+    fd = os.open(_shared_dir(LOCK_DIR / (name + _LINE)) / _HOLDS, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        with contextlib.suppress(PermissionError):
+            os.fchmod(fd, 0o666)  # the next user's kforge writes it too
+        kept = [*_holds(name)[1 - _KEPT:], seconds]
+        os.pwrite(fd, "".join(f"{s:{_WIDTH - 1}.1f}\n" for s in kept).encode(), 0)
+    finally:
+        os.close(fd)
 
 
 class Lease:
@@ -133,7 +192,9 @@ class Lease:
             self._wait()
             return None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(asdict(Party.me())).encode(), 0)
+        holder = Party.me()
+        os.pwrite(fd, json.dumps(asdict(holder)).encode(), 0)
+        _HELD[fd] = (self.name, holder.since)
         self.waited_s = time.time() - self.ticket.since if self.ticket else 0.0
         self.leave()
         return fd
@@ -145,11 +206,11 @@ class Lease:
         self.ticket = Party.me()
         _shared_dir(self._ticket_path.parent)
         self._ticket_path.write_text(json.dumps(asdict(self.ticket)))
-        holder = Party.read(LOCK_DIR / self.name)
-        place = 1 + sum(t.pid != os.getpid() for t in _queue(self.name)
+        device = _device(self.name)
+        place = 1 + sum(t.pid != os.getpid() for t in device.queue
                         if (t.since, t.pid) < (self.ticket.since, self.ticket.pid))
-        log.info("waiting for device %s, held by %s; place %d in line", self.name,
-                 holder.describe() if holder else "another kforge process", place)
+        log.info("waiting for device %s, %s; place %d in line, %s", self.name, device.holding(self.ticket), place,
+                 device.estimate(place))
 
     def leave(self) -> None:
         """Out of the line (taken, or given up)."""
@@ -159,7 +220,11 @@ class Lease:
 
     @staticmethod
     def give_back(fd: int) -> None:
-        """Forget the holder record, then drop the flock (closing the descriptor drops it)."""
+        """Note how long this hold lasted (waiters' estimates), forget the holder record, then drop the flock
+        (closing the descriptor drops it)."""
+        if (held := _HELD.pop(fd, None)) is not None:
+            with contextlib.suppress(OSError):
+                _note_hold(held[0], time.time() - held[1])
         os.ftruncate(fd, 0)
         os.close(fd)
 

@@ -129,7 +129,7 @@ def _spawn_candidate(batch: Batch, prep: Prepared, gpu: str | None, pair: int = 
     """The candidate's child, started (interpreter, jail, torch) for `gpu`, not yet told anything; its forward
     exchange made first, so its jail can name its inputs file."""
     found = _exchange(batch, prep, gpu, pair)
-    inputs = exchange.create(*found)[1] if found else None
+    inputs = exchange.create(*found) if found else None
     return batch.spawn(prep.workdir, prep.build_dir, prep.job.problem, prep.candidate, gpu=gpu, exchange=inputs)
 
 
@@ -139,7 +139,7 @@ def _reference_server(batch: Batch, prep: Prepared, gpu: str | None, pair: int) 
     timed in a process that did not fill its inputs. Served by the comparer itself, whose last act before each call
     was writing them, an identical candidate timed 0.84-0.93x its reference with a core hogged."""
     folder, name = _exchange(batch, prep, gpu, pair)
-    inputs = exchange.create(folder, f"{name}-{REFERENCE}")[1]
+    inputs = exchange.create(folder, f"{name}-{REFERENCE}")
     workdir = folder.parent / "serve" / name
     child = batch.spawn(workdir, workdir / "build", prep.job.problem, gpu=gpu, exchange=inputs)
     child.begin(batch.request("serve", prep.job.problem, workdir / "out", exchange=str(inputs)))
@@ -277,7 +277,7 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, 
         return gpu
 
     found = _exchange(batch, prep, gpu, pair)
-    extra = {"exchange": str(exchange.paths(*found)[1])} if found else {}
+    extra = {"exchange": str(exchange.inputs_path(*found))} if found else {}
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate, **extra), gate=gate)
     try:
         return Ran(child.finish(), ref, budget, comparisons, pacer, memory, waited_s, waited, beside, checks=checks)

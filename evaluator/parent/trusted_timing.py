@@ -16,6 +16,7 @@ import ctypes
 import os
 import random
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,16 +38,25 @@ POLICY = ("fresh: new values before every call from a per-call seed only the com
           "the candidate maps read-only; clocked, and its outputs read, by kforge's own process")
 
 
-def _realtime() -> tuple[int, os.sched_param] | None:
-    """This thread made a real-time one while it holds the clock, where kforge may (root): its spin on `done` is
-    then never preempted by the machine's other work, whose delays would land inside the window it measures
-    (the kernel's real-time throttling leaves the rest of its core 5 %). The policy it had, or None."""
-    before = (os.sched_getscheduler(0), os.sched_getparam(0))
+def realtime(pid: int = 0) -> tuple[int, os.sched_param] | None:
+    """Thread `pid` (0: this one) made a real-time one, where kforge may (root); the policy it had, or None. This
+    thread, while it holds the clock: its spin on `done` is then never preempted by the machine's other work,
+    whose delays would land inside the window it measures (the kernel's real-time throttling leaves the rest of
+    its core 5 %). The comparer, while it fills: no server's thread runs on the timing core until it said go."""
+    before = (os.sched_getscheduler(pid), os.sched_getparam(pid))
     try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(1))
     except OSError:
         return None
     return before
+
+
+def _restore(pid: int, policy: tuple[int, os.sched_param] | None) -> None:
+    if policy is not None:
+        try:
+            os.sched_setscheduler(pid, *policy)
+        except OSError:
+            pass  # the comparer is gone
 
 
 class Stalled(Exception):
@@ -111,15 +121,13 @@ REFERENCE = "reference"  # the suffix of the exchange of a candidate's reference
 
 
 class _Ring:
-    """One forward server as the parent rings it: its control page in its memory, its fill word in the comparer's
-    ctl file."""
+    """One forward server as the parent rings it: its control page in its memory, its inputs file's `go`."""
 
-    def __init__(self, child, ctl: Path, alive, deadline: float):
+    def __init__(self, child, inputs: Path, alive, deadline: float):
         control = int(child.result.last("serving")["control"])
         self.child, self.pid, self.control = child, memory.server_pid(child.proc.pid), control
-        self.armed, self.go, self.done = (memory.Word(self.pid, control + at) for at in (exchange.ARMED, exchange.GO,
-                                                                                            exchange.DONE))
-        self.fill, self.alive, self.deadline, self.seq = exchange.map_file(ctl, writable=False), alive, deadline, 0
+        self.armed, self.done = memory.Word(self.pid, control + exchange.ARMED), memory.Word(self.pid, control + exchange.DONE)
+        self.inputs, self.alive, self.deadline, self.seq = exchange.map_file(inputs, writable=False), alive, deadline, 0
 
     def wait(self, look, seq: int) -> None:
         spins = 0
@@ -128,13 +136,8 @@ class _Ring:
             if spins % _POLL == 0 and (time.monotonic() > self.deadline or not self.alive()):
                 raise Stalled(f"the forward server did not answer call {seq}")
 
-    def clocked(self, seq: int) -> float:
-        """Say go once armed; ms from go to done, by this process's clock."""
-        self.wait(self.armed.get, seq)
-        start = time.perf_counter()
-        self.go.set(seq)
-        self.wait(self.done.get, seq)
-        return (time.perf_counter() - start) * 1e3
+    def went(self) -> int:
+        return exchange.word(self.inputs, exchange.GO)
 
     def outputs(self) -> list[exchange.Output]:
         return exchange.read_outputs(memory.read_range(self.pid, self.control, exchange.CTL_BYTES))
@@ -164,21 +167,28 @@ class TrustedTiming:
         self.settings, self.rep_ms, self.cores = settings, rep_ms, cores
         alive = lambda: all(c.proc.poll() is None for c in (comparer, candidate, reference))  # noqa: E731
         self.names = {"candidate": name, REFERENCE: f"{name}-{REFERENCE}"}
-        self.rings = {side: _Ring(child, exchange.paths(folder, self.names[side])[0], alive, deadline)
+        self.rings = {side: _Ring(child, exchange.inputs_path(folder, self.names[side]), alive, deadline)
                       for side, child in (("candidate", candidate), (REFERENCE, reference))}
+        self.fenced = False  # the comparer holds the timing core while it fills (realtime), else each server is frozen
         self.coin = random.SystemRandom()
         self.plans: dict[tuple[int, int], _Plan] = {}  # (pid, output) -> where the next glimpse reads
         self.done = Timed()
 
     def _call(self, side: str, label: str) -> tuple[float, list[exchange.Output], list]:
-        """One call of either side, through the same steps: the comparer fills its inputs, the server is armed and
-        rung, and its outputs are glimpsed the moment it says done."""
+        """One call of either side, through the same steps: the server is armed, the comparer fills its inputs and
+        says go, the clock runs from the moment this process sees `go` to the moment it sees `done`, and the
+        outputs are glimpsed then. Nothing of the server runs from the fill's first byte to `go` (the comparer
+        holds the core, or the server is frozen until the clock runs), so no work starts on inputs before it."""
         ring = self.rings[side]
         ring.seq += 1
-        self.comparer.send(Fill(name=self.names[side], label=label, seq=ring.seq))
-        ring.wait(lambda: exchange.word(ring.fill, exchange.FILLED), ring.seq)
         ring.child.send(Arm(arm=ring.seq))
-        ms = ring.clocked(ring.seq)
+        ring.wait(ring.armed.get, ring.seq)
+        with nullcontext() if self.fenced else ring.child.paused():
+            self.comparer.send(Fill(name=self.names[side], label=label, seq=ring.seq))
+            ring.wait(ring.went, ring.seq)
+            start = time.perf_counter()
+        ring.wait(ring.done.get, ring.seq)
+        ms = (time.perf_counter() - start) * 1e3
         outputs = ring.outputs()
         return ms, outputs, self._glimpse(ring.pid, outputs)
 
@@ -268,18 +278,21 @@ class TrustedTiming:
     def run(self, hold) -> Timed:
         """Warm-up, interleaved rounds until the paired ratio's interval is tight or the budget is spent, then
         the verify call; the candidate's server is told to end either way."""
-        mine, policy = os.sched_getaffinity(0), _realtime()
+        mine, policy = os.sched_getaffinity(0), realtime()
+        filler = memory.server_pid(self.comparer.proc.pid)
+        fills = realtime(filler)
+        self.fenced = fills is not None
         os.sched_setaffinity(0, self.cores)  # this thread spins: never on the core the calls run on
         try:
             self._rounds(hold)
             ms, outputs, seen = self._candidate_call("verify")
             self._keep("verify", outputs, seen)
-        except (Stalled, memory.Unreadable, ValueError) as exc:
+        except (Stalled, memory.Unreadable, ValueError, FreezeIncomplete) as exc:
             self.done.failed = str(exc)
         finally:
             os.sched_setaffinity(0, mine)
-            if policy is not None:
-                os.sched_setscheduler(0, *policy)
+            _restore(0, policy)
+            _restore(filler, fills)
             for child in (self.candidate, self.reference):
                 child.send(Arm(end=True))
         return self.done

@@ -1,6 +1,5 @@
-"""The parent's reads of a child's memory (process_vm_readv): a forward server's outputs are read where they lie,
-by kforge, at the moment kforge chooses, with nothing of the child's code on the way; and its one write there
-(process_vm_writev), the word that starts a call in the server's own control page. A CPU output is never
+"""The parent's reads of a child's memory (process_vm_readv): a forward server's outputs and control page are read
+where they lie, by kforge, at the moment kforge chooses, with nothing of the child's code on the way. A CPU output is never
 copied by the child for kforge, so no copy sits inside the timed window. kforge reads as root (CAP_SYS_PTRACE) or
 as the child's own uid; a child that makes itself unreadable (not dumpable) gets no verdict from its outputs."""
 
@@ -13,8 +12,6 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.process_vm_readv.restype = ctypes.c_ssize_t
 _libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
                                    ctypes.c_ulong]
-_libc.process_vm_writev.restype = ctypes.c_ssize_t
-_libc.process_vm_writev.argtypes = _libc.process_vm_readv.argtypes
 _MAX_IOV = 1024  # the kernel's IOV_MAX: one call reads at most this many pieces
 
 
@@ -67,8 +64,7 @@ def read_range(pid: int, address: int, nbytes: int) -> bytearray:
 
 
 class Word:
-    """One u64 of `pid`'s memory at `address`: read again on every `get` (the cheapest look a spin can take),
-    written by `set`; Unreadable where the child does not have it."""
+    """One u64 of `pid`'s memory at `address`, read again on every `get`: the cheapest look a spin can take."""
 
     def __init__(self, pid: int, address: int):
         self.value = ctypes.c_uint64()
@@ -78,14 +74,6 @@ class Word:
 
     def get(self) -> int:
         if _libc.process_vm_readv(self.pid, ctypes.byref(self.local), 1, ctypes.byref(self.remote), 1, 0) != 8:
-            self._failed("reading")
+            err = ctypes.get_errno()
+            raise Unreadable(err, f"reading the child's word at {self.remote.base or 0:#x}: {os.strerror(err)}")
         return self.value.value
-
-    def set(self, value: int) -> None:
-        self.value.value = value
-        if _libc.process_vm_writev(self.pid, ctypes.byref(self.local), 1, ctypes.byref(self.remote), 1, 0) != 8:
-            self._failed("writing")
-
-    def _failed(self, doing: str) -> None:
-        err = ctypes.get_errno()
-        raise Unreadable(err, f"{doing} the child's word at {self.remote.base or 0:#x}: {os.strerror(err)}")

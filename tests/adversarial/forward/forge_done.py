@@ -1,4 +1,4 @@
-"""Finds its forward server's ctl page and writes `done` itself the moment the parent says go, pointing the
+"""Finds its forward server's control page and writes `done` itself the moment the comparer says go, pointing the
 outputs' description at the last call's result; the real work runs after, on a thread: each call would be
 timed at nothing. What the parent reads at done is then another call's output. (A Python thread gets the GIL
 only every few milliseconds, so the server's own `done` mostly lands first: native code would race better, and
@@ -20,7 +20,7 @@ class ModelNew(nn.Module):
 
     def _watch(self, server):
         while True:
-            seq = exchange.word(server.ctl, exchange.GO)
+            seq = exchange.word(server.page, exchange.GO)
             if exchange.word(server.ctl, exchange.DONE) != seq:
                 exchange.put(server.ctl, exchange.DONE, seq)
 
