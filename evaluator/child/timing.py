@@ -66,17 +66,56 @@ def _estimate_ms(fn: Callable, sync: Callable, untimed: Callable[[], None]) -> f
     return max(statistics.median(costs), 1e-4)
 
 
+_cuda_sleep = getattr(torch._C, "_cuda_sleep", None)  # bound at import, before candidate code (None: no CUDA build)
+_CYCLES_PER_S = 3e9  # a hold's cycles are counted at this clock: at or above its seconds on any GPU clocked below it
+_HOLD_FIRST_S = 1e-3  # before any rep's host span was seen
+_HOLD_LEAST_S, _HOLD_MOST_S = 2e-4, 2e-2
+_HOLD_MARGIN = 2.0  # a hold lasts this many times the longest host span of the last ROUND reps
+
+
+class Hold:
+    """A spin kernel queued at the head of every timed rep on CUDA, ahead of its fill and flush, long enough that
+    the host has queued the whole rep (fill, flush, start event, the call, the glimpse, end event) before the GPU
+    gets past it. The window then holds the call's device work and none of the host's: without it the GPU waited
+    inside the window for the Python that launches the call and reads the glimpse, a share that moved with the
+    process and the host (docs/benchmarks.md, "Reproducible CUDA timing"). Nsight Compute and
+    CUPTI time only device work too; nvbench holds its launches behind a blocking kernel for the same reason.
+    Queued before the fill, not after it, the hold gives work the candidate starts on another stream no more
+    time beside the inputs than the flush already did. Its length follows the host spans it has seen, so a
+    Python-heavy model is held long enough too (up to _HOLD_MOST_S; beyond, the host shows in the window)."""
+
+    def __init__(self) -> None:
+        self.spans: list[float] = []
+
+    def seconds(self) -> float:
+        if not self.spans:
+            return _HOLD_FIRST_S
+        return min(_HOLD_MOST_S, max(_HOLD_LEAST_S, _HOLD_MARGIN * max(self.spans[-ROUND:])))
+
+    def queue(self) -> float:
+        """Queue the spin; returns when the host began, to pass to `saw` once the rep is queued."""
+        began = time.perf_counter()
+        _cuda_sleep(int(self.seconds() * _CYCLES_PER_S))
+        return began
+
+    def saw(self, began: float) -> None:
+        self.spans.append(time.perf_counter() - began)
+
+
 def _cuda_round(fn: Callable, first: int, n: int, flush: torch.Tensor, least: int, on_rep: Callable,
-                fresh: Callable[[int], None]) -> list[float]:
+                fresh: Callable[[int], None], hold: Hold | None = None) -> list[float]:
+    hold = hold or Hold()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     for k, (start, end) in enumerate(zip(starts, ends)):
+        began = hold.queue()  # the GPU spins while the host queues the rest of the rep
         fresh(first + k)  # stream-ordered before the flush: the new inputs do not sit in L2 either
         flush.zero_()  # evict the previous call's data from L2 so every rep starts cold
         start.record()
         out = fn()
         seen = glimpse(out, "cuda")  # inside the window: what the outputs held when the timer stopped
         end.record()
+        hold.saw(began)
         on_rep(first + k, least, k == n - 1, out, seen)  # after the end event: sees only work ordered before the timer stopped
         del out
     torch.cuda.synchronize()  # also waits for work the candidate put on other streams
@@ -215,9 +254,9 @@ def flush_buffer(device: str, flush_l2: bool = True) -> torch.Tensor | None:
 
 
 def _round(fn: Callable, device: str, first: int, n: int, flush: torch.Tensor | None, least: int, on_rep: Callable,
-           fresh: Callable[[int], None]) -> list[float]:
+           fresh: Callable[[int], None], hold: Hold | None = None) -> list[float]:
     if device == "cuda":
-        return _cuda_round(fn, first, n, flush, least, on_rep, fresh)
+        return _cuda_round(fn, first, n, flush, least, on_rep, fresh, hold)
     return _cpu_round(fn, first, n, least, on_rep, fresh)
 
 
@@ -282,6 +321,7 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
     else:  # the whole budget in one go
         size, least = most, most
     flush = flush_buffer(device, flush_l2)
+    hold = Hold()  # one for every round: its length follows this call's host spans
     mark(untimed_calls)
     samples: list[float] = []
     last: list[float] = []
@@ -291,7 +331,7 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
             go, last = pace(Pace(first, n, last, least)), []
             if not go and first >= least:
                 break
-        last = _round(fn, device, first, n, flush, least, on_rep, fresh)
+        last = _round(fn, device, first, n, flush, least, on_rep, fresh, hold)
         samples += last
         if pace is None and rel_ci is not None and len(samples) >= least and samples_tight(samples, rel_ci):
             break
@@ -301,7 +341,7 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
 
 
 def method_name(device: str) -> str:
-    return "cuda_events+l2_flush" if device == "cuda" else "perf_counter"
+    return "cuda_events+l2_flush+host_hold" if device == "cuda" else "perf_counter"
 
 
 def flush_policy(device: str) -> str:
