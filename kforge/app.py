@@ -22,8 +22,11 @@ from reference_problems import ProblemError
 
 if TYPE_CHECKING:  # SQLAlchemy loads in the commands that open a db, not at start-up
     from db import Database
+    from evaluator.sandbox.cgroups import CompilePlan
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Judge LLM-written kernels: compile, correctness, leaks, speed.")
+# plain help (click's): a two-column list that reads at 80 columns, where rich's panels squeeze each text to a sliver
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                  help="Judge LLM-written kernels: compile, correctness, leaks, speed.")
 out = Console()
 err = Console(stderr=True)
 
@@ -152,11 +155,13 @@ def check_sizes(problems, settings: EvalSettings) -> None:
         problem.overrides(settings.size)
 
 
-def say_compile_plan(settings: EvalSettings) -> None:
-    """Said once by each command that compiles candidates, before its first compile."""
+def say_compile_plan(settings: EvalSettings) -> CompilePlan:
+    """Said once by each command that compiles candidates, before its first compile; returned for the progress bar."""
     from evaluator.parent.batch import compile_plan  # torch: not on the path of --help
 
-    err.print(f"kforge: {compile_plan(settings).why}", markup=False, highlight=False, soft_wrap=True)
+    plan = compile_plan(settings)
+    err.print(f"kforge: {plan.why}", markup=False, highlight=False, soft_wrap=True)
+    return plan
 
 
 def sandbox_mode() -> str:

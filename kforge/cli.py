@@ -102,7 +102,7 @@ def run_jobs(database: Database, jobs: list[CandidateJob], settings: EvalSetting
             else:
                 bar.done(v.solution_path, v.status.value, v.evidence.stage_s.get("device_wait", 0.0),
                          f"{v.problem} {Path(v.solution_path or '').name}: {v.status.value}"
-                         + (f" {v.speedup:.3g}x" if v.speedup else ""))
+                         + (f" {v.speedup:.3g}x" if v.speedup else ""), own_s=v.wall_s)
             yield verdict_line(judged)
 
 
@@ -305,16 +305,18 @@ def board_summaries(rows: list[dict]) -> list[dict]:
 
 
 def summary_lines(summary: dict) -> list[str]:
-    """The leaderboard's figures under its table, each kind of fast_p by its one name."""
+    """The leaderboard's figures under its table, each kind of fast_p by its one name, each line within 80
+    columns: a figure's explanation on the line under it."""
     fast = "  ".join(f"fast_{p:g}={v:.2f}" for p, v in summary["fast_p"].items())
     pooled = ", every device and size together" if len(summary["boards"]) > 1 else ""
-    lines = [f"{fast} (KernelBench's, over {summary['samples']} samples{pooled})" if summary["samples"]
-             else "no evaluated samples"]
+    lines = [fast, f"  (KernelBench's, over {summary['samples']} samples{pooled})"] if summary["samples"] \
+        else ["no evaluated samples"]
     for b in summary["boards"]:
         n = b["problems"]
-        lines.append(f"{b['device_name']} {b['size']}: " + (f"{n} problem{'s' * (n != 1)} judged, geomean best speedup="
-                     f"{tables.fmt(b['geomean_speedup'])}, problem_fast_1={b['problem_fast_p'][1.0]:.2f} (best-of-k)"
-                     if n else "no code judged (every verdict skipped or kforge's own failure)"))
+        lines.append(f"{b['device_name']} {b['size']}: " + (f"{n} problem{'s' * (n != 1)} judged" if n else
+                     "no code judged (every verdict skipped or kforge's own failure)"))
+        lines += [f"  geomean best speedup={tables.fmt(b['geomean_speedup'])}, "
+                  f"problem_fast_1={b['problem_fast_p'][1.0]:.2f} (best-of-k)"] if n else []
     return lines
 
 

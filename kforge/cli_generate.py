@@ -11,7 +11,6 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from pydantic import ValidationError
 
@@ -57,8 +56,8 @@ def verdict_line(c: Candidate) -> str:
     """One judged answer for a reader, as it comes: where it sits in the run, its verdict, its SHA prefix."""
     v = c.verdict
     speed = f" {v.speedup:.2f}x" if v and v.speedup is not None else ""
-    said = cached_mark(c) + (f" (as {c.duplicate_of[:8]})" if c.duplicate_of else "")
-    sha = f"  {v.solution_sha256[:8]}" if v and v.solution_sha256 else ""
+    said = cached_mark(c) + (f" (as {c.duplicate_of[:tables.SHA_SHOWN]})" if c.duplicate_of else "")
+    sha = f"  {v.solution_sha256[:tables.SHA_SHOWN]}" if v and v.solution_sha256 else ""
     return f"kforge: {c.problem} turn {c.turn} sample {c.sample} [{c.model}]: {c.status}{speed}{said}{sha}"
 
 
@@ -70,37 +69,35 @@ def summary_line(database: Database, run_id: int, results: list[RunResult], reas
             "spend": spend, "best": best}
 
 
-def best_table(results: list[RunResult]) -> Table:
-    table = Table(title="kforge generate: best candidate per problem")
-    for col in ("problem", "status", "speedup", "turn", "candidates", "tokens in/out", "file", "cause"):
-        table.add_column(col, overflow="fold")
+def best_rows(results: list[RunResult]) -> list[dict]:
+    """Each problem's best answer as tables.generated shows it (tokens: in the spend table under it)."""
+    rows = []
     for r in results:
         best = r.best()
         if best is None:
-            table.add_row(r.problem, "[red]no answer[/]", "-", "-", "0", "-", "-", "; ".join(r.errors))
+            rows.append({"problem": r.problem, "status": "no answer", "mark": "", "speedup": "-", "turn": "-",
+                         "answers": "0", "sha256": "-", "cause": "; ".join(r.errors)})
             continue
         line = candidate_line(best)
-        tokens = f"{sum(c.usage.prompt_tokens for c in r.candidates)}/{sum(c.usage.completion_tokens for c in r.candidates)}"
-        style = "green" if line["status"] == Status.CORRECT else "red"
-        speedup = f"{line['speedup']:.3g}x" if line["speedup"] else "-"
         cached = sum(c.cached for c in r.candidates)
-        table.add_row(r.problem, f"[{style}]{line['status']}[/]{cached_mark(best)}", speedup, str(best.turn),
-                      f"{len(r.candidates)} ({cached} cached)" if cached else str(len(r.candidates)),
-                      tokens, Path(line["path"]).name if line["path"] else "-", line["cause"])
-    return table
+        rows.append({"problem": r.problem, "status": line["status"], "mark": cached_mark(best),
+                     "speedup": f"{line['speedup']:.3g}x" if line["speedup"] else "-", "turn": str(best.turn),
+                     "answers": f"{len(r.candidates)} ({cached} cached)" if cached else str(len(r.candidates)),
+                     "sha256": line["solution_sha256"] or "-", "cause": line["cause"]})
+    return rows
 
 
 @dataclass(frozen=True)
 class GenerateOptions:
     """`kforge generate`'s options, declared once: typer reads them from these fields (`generate`'s signature)."""
 
-    problem: Annotated[Optional[str], typer.Option("--problem", "-p", help="registered name or path; several comma-separated")] = None
-    samples: Annotated[int, typer.Option("--samples", "-n", min=1, help="candidates drawn per turn")] = 1
-    turns: Annotated[int, typer.Option("--turns", "-t", min=1, help="rounds: 1 = sample only, 2 = sample then refine once, ...")] = 1
-    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", metavar="MODEL", help="model name (default $KFORGE_LLM_MODEL); repeat it for several models, chosen per request by value")] = None
-    temperatures: Annotated[Optional[str], typer.Option("--temperatures", metavar="T,T", help="comma-separated: each model is asked at each, chosen per request by value")] = None
-    base_url: Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible server (default $KFORGE_LLM_BASE_URL)")] = None
-    replay: Annotated[Optional[Path], typer.Option("--replay", help="serve recorded transcripts from this directory instead of an LLM")] = None
+    problem: Annotated[Optional[str], typer.Option("--problem", "-p", metavar="NAME", help="registered name or path (several: a,b,c)")] = None
+    samples: Annotated[int, typer.Option("--samples", "-n", min=1, metavar="N", help="candidates drawn per turn")] = 1
+    turns: Annotated[int, typer.Option("--turns", "-t", min=1, metavar="N", help="rounds: 1 samples, 2 samples then refines once, ...")] = 1
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", metavar="MODEL", help="model (default $KFORGE_LLM_MODEL); repeat it for several, picked per request by value")] = None
+    temperatures: Annotated[Optional[str], typer.Option("--temperatures", metavar="T,T", help="temperatures each model is asked at, picked per request by value")] = None
+    base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="OpenAI-compatible server (default $KFORGE_LLM_BASE_URL)")] = None
+    replay: Annotated[Optional[Path], typer.Option("--replay", metavar="DIR", help="answer with the transcripts recorded in DIR, not an LLM")] = None
     device: Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")] = None
     size: Annotated[str, typer.Option("--size", help="full, small, or auto (small on CPU, full on CUDA)")] = "auto"
     backend: Annotated[Optional[str], typer.Option("--backend", help="the kernel language answers are judged as: cuda, cpp, triton, cute or tilelang (default: read from each one's code)")] = None
@@ -108,23 +105,23 @@ class GenerateOptions:
     db_url: Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")] = None
     json_out: Annotated[bool, typer.Option("--json", help="one JSON object per candidate")] = False
     out_dir: Annotated[Path, typer.Option("--out", help="where candidate files are written")] = DEFAULT_OUT
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="LLM calls in flight")] = 4
-    prices: Annotated[Optional[Path], typer.Option("--prices", help='JSON price table {"MODEL": {"prompt": USD, "completion": USD}} per 1M tokens (default $KFORGE_LLM_PRICES)')] = None
-    budget_tokens: Annotated[Optional[int], typer.Option("--budget-tokens", min=1, help="stop the run once its calls used this many tokens")] = None
-    budget_usd: Annotated[Optional[float], typer.Option("--budget-usd", min=0, help="stop once its calls cost this many dollars (needs a price)")] = None
-    budget_seconds: Annotated[Optional[float], typer.Option("--budget-seconds", min=0, help="stop after this many wall seconds (over all its sessions)")] = None
-    budget_candidates: Annotated[Optional[int], typer.Option("--budget-candidates", min=1, help="stop after this many paid answers")] = None
-    resume: Annotated[Optional[int], typer.Option("--resume", help="continue run ID with its stored settings (budget options given replace its budget)")] = None
-    islands: Annotated[int, typer.Option("--islands", min=0, help="program archive with this many islands (0: refine the best)")] = 0
-    migration_interval: Annotated[int, typer.Option("--migration-interval", min=1, help="turns between migrations of each island's best")] = 2
-    seed: Annotated[int, typer.Option("--seed", help="seed of the archive's parent draws and the choice of model")] = 0
-    inspirations: Annotated[int, typer.Option("--inspirations", min=0, help="other archive kernels shown in a refine prompt")] = 0
-    crossover: Annotated[float, typer.Option("--crossover", min=0, max=1, help="probability that a parent is combined with another")] = 0.0
-    contrast: Annotated[float, typer.Option("--contrast", min=0, help="with --islands: also show a slower and a faster archive kernel at least this many times apart (0: none)")] = 0.0
-    related_kernels: Annotated[int, typer.Option("--related", min=0, help="verified kernels of similar problems shown in a problem's first prompts")] = 0
-    sol_stop: Annotated[float, typer.Option("--sol-stop", min=0, max=1, help="a problem is done once a kernel reaches this fraction of the speed of light (0: never)")] = 0.9
-    profile: Annotated[bool, typer.Option("--profile/--no-profile", help="on a GPU with ncu: profile each round's best correct kernel with Nsight Compute and show its metrics in the next refine prompt")] = True
-    fresh: Annotated[bool, typer.Option("--fresh", help="ask the server again even where the db holds an answer to the same request (the new answers are stored too)")] = False
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, metavar="N", help="LLM calls in flight")] = 4
+    prices: Annotated[Optional[Path], typer.Option("--prices", metavar="FILE", help='USD per 1M tokens, as JSON: {"MODEL": {"prompt": P, "completion": C}} (default $KFORGE_LLM_PRICES)')] = None
+    budget_tokens: Annotated[Optional[int], typer.Option("--budget-tokens", min=1, metavar="N", help="stop once the run's calls used N tokens")] = None
+    budget_usd: Annotated[Optional[float], typer.Option("--budget-usd", min=0, metavar="USD", help="stop once they cost USD dollars (needs a price)")] = None
+    budget_seconds: Annotated[Optional[float], typer.Option("--budget-seconds", min=0, metavar="S", help="stop after S wall seconds (over all its sessions)")] = None
+    budget_candidates: Annotated[Optional[int], typer.Option("--budget-candidates", min=1, metavar="N", help="stop after N paid answers")] = None
+    resume: Annotated[Optional[int], typer.Option("--resume", metavar="ID", help="continue run ID as stored (budget options given replace its budget)")] = None
+    islands: Annotated[int, typer.Option("--islands", min=0, metavar="N", help="program archive of N islands (0: refine the best)")] = 0
+    migration_interval: Annotated[int, typer.Option("--migration-interval", min=1, metavar="N", help="turns between migrations of each island's best")] = 2
+    seed: Annotated[int, typer.Option("--seed", metavar="N", help="seed of the archive's parent draws and the choice of model")] = 0
+    inspirations: Annotated[int, typer.Option("--inspirations", min=0, metavar="N", help="other archive kernels shown in a refine prompt")] = 0
+    crossover: Annotated[float, typer.Option("--crossover", min=0, max=1, metavar="P", help="probability that a parent is combined with another")] = 0.0
+    contrast: Annotated[float, typer.Option("--contrast", min=0, metavar="X", help="with --islands: also show archive kernels X times slower and faster (0: none)")] = 0.0
+    related_kernels: Annotated[int, typer.Option("--related", min=0, metavar="N", help="verified kernels of similar problems in a problem's first prompts")] = 0
+    sol_stop: Annotated[float, typer.Option("--sol-stop", min=0, max=1, metavar="F", help="a problem is done once a kernel reaches this fraction of the speed of light (0: never)")] = 0.9
+    profile: Annotated[bool, typer.Option("--profile/--no-profile", help="on a GPU with ncu: Nsight Compute metrics of each round's best correct kernel in the next refine prompt")] = True
+    fresh: Annotated[bool, typer.Option("--fresh", help="ask the server even where the db holds this request's answer (the new one is stored too)")] = False
 
 
 def generate(**given: Any) -> None:
@@ -191,7 +188,7 @@ def _summarize(database: Database, run_id: int, results: list[RunResult], json_o
     if json_out:
         print(json.dumps(summary_line(database, run_id, results, reason)), flush=True)
     else:
-        out.print(best_table(results))
+        out.print(tables.generated(best_rows(results)))
         out.print(tables.spend(database.spend(by=("problem", "model"), run_id=run_id), f"run {run_id}: spend"))
     ending = f"stopped: {reason}; continue with --resume {run_id}" if reason else "finished"
     err.print(f"kforge: run {run_id} {ending}", markup=False, highlight=False, soft_wrap=True)

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
-from kforge import paths
+from kforge import paths, tables
 from kforge.app import DbOpt, JsonOpt, UserError, app, err, friendly, open_db, out, problems_dir
 from reference_problems import import_problems, list_problems, user_problem_dir
 
@@ -82,13 +81,7 @@ def _list_problems(as_json: bool, level: int | None) -> None:
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    table = Table(title="reference problems")
-    table.add_column("name", no_wrap=True, overflow="fold")  # a name cut short could read as another
-    for col in ("level", "atol", "rtol", "description"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r["name"], str(r["level"]), f"{r['atol']:g}", f"{r['rtol']:g}", r["description"])
-    out.print(table)
+    out.print(tables.problems(rows, "reference problems"))
 
 
 @problems_app.callback()
@@ -109,12 +102,8 @@ def problems_import(path: Annotated[Path, typer.Argument(help="KernelBench check
         print(json.dumps({"imported": [{"name": p.name, "level": p.meta.level, "path": str(p.path)} for p in imported],
                           "skipped": [{"path": str(f), "reason": why} for f, why in skipped]}, indent=1))
         return
-    table = Table(title=f"imported into {user_problem_dir(problems_dir())}")
-    for col in ("name", "level"):
-        table.add_column(col)
-    for p in imported:
-        table.add_row(p.name, str(p.meta.level))
-    out.print(table)
+    out.print(tables.problems([{"name": p.name, "level": p.meta.level} for p in imported],
+                              f"imported into {user_problem_dir(problems_dir())}", described=False))
     for f, why in skipped:
         err.print(f"kforge: skipped {f}: {why}", markup=False, highlight=False, soft_wrap=True)
 

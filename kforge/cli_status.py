@@ -11,7 +11,7 @@ from kforge.app import JsonOpt, app, friendly, out
 
 @friendly
 def status(as_json: JsonOpt = False) -> None:
-    """The devices kforge processes of this machine hold, their holders and who waits, first in line first."""
+    """Devices kforge processes hold here, their holders and who waits, first in line first, each with an estimate."""
     devices = leases.snapshot()
     if as_json:
         print(json.dumps([device.as_dict() for device in devices], indent=1))
@@ -19,10 +19,10 @@ def status(as_json: JsonOpt = False) -> None:
     if not devices:
         out.print("no kforge process has used a device on this machine")
     for device in devices:
-        out.print(f"{device.name}: " + (f"held by {device.holder.describe()}" if device.holder else "free"),
-                  markup=False, highlight=False, soft_wrap=True)
-        for place, party in enumerate(device.queue, 1):
-            out.print(f"  {place}. {party.describe()}", markup=False, highlight=False, soft_wrap=True)
+        said = [f"{device.name}: " + (device.holding() if device.holder or device.queue else "free")]
+        said += [f"  {place}. {party.describe()}: {device.estimate(place)}" for place, party in enumerate(device.queue, 1)]
+        for line in said:
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def register() -> None:

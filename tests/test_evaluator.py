@@ -279,7 +279,7 @@ def test_unasked_compiles_at_once_follow_the_cores_and_say_why(monkeypatch):
 
     monkeypatch.setattr(cgroups, "_available_mb", lambda: 128_000)
     plan = cgroups.compile_plan(None, 16)
-    assert plan.slots == 5 and plan.why.startswith("5 compile(s) at a time: 16 core(s) for compiles, 3 each; memory for 33")
+    assert plan.slots == 5 and plan.why.startswith("5 compiles at a time (16 cores left for compiles, 3 per compile; memory enough for 33:")
     assert cgroups.compile_plan(None, 16, "cpu").slots == 8
     assert cgroups.compile_plan(None, 1).slots == 1
     monkeypatch.setattr(cgroups, "_available_mb", lambda: 12_000)
@@ -295,6 +295,6 @@ def test_on_cpu_the_timing_cores_are_left_out_of_the_compiles(monkeypatch):
     monkeypatch.setattr(cgroups, "_available_mb", lambda: 128_000)
     monkeypatch.setattr(batch.os, "sched_getaffinity", lambda _pid: set(range(16)))
     cpu = batch.compile_plan(EvalSettings(device="cpu", cpu_threads=1))
-    assert (cpu.slots, cpu.why.split(";")[0]) == (7, "7 compile(s) at a time: 15 core(s) for compiles, 2 each")
+    assert (cpu.slots, cpu.why.split(";")[0]) == (7, "7 compiles at a time (15 cores left for compiles, 2 per compile")
     assert batch.compile_plan(EvalSettings(device="cuda")).slots == 5
-    assert batch.compile_plan(EvalSettings(device="cuda", jobs=3)).why.startswith("3 compile(s) at a time: --jobs 3")
+    assert batch.compile_plan(EvalSettings(device="cuda", jobs=3)).why.startswith("3 compiles at a time (--jobs 3;")

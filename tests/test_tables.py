@@ -58,12 +58,13 @@ def test_leaderboard_keeps_words_whole_and_fits(width):
     """Each row says where its speedup was measured, names its counts, and shows the sha256 prefix `show` takes."""
     lines = _render(tables.leaderboard(ROWS, width), width)
     assert max(map(len, lines)) <= width, "\n".join(lines)
-    words = ["Matmul", "diagonal", "matrices", "0.574", "sample_01234567….py", "correct 3", "runtime_error 1",
-             "reference_error 2", "NVIDIA H100", "80GB HBM3", "full", "9f9f9f9f9f9f", "solutions by", "latest verdict"]
+    words = ["0.574", "sample_01234567….py", "correct 3", "runtime_error 1", "reference_error 2", "NVIDIA H100",
+             "80GB HBM3", "full", "9f9f9f9f9f9f", "solutions by", "latest verdict",
+             "12_Matmul_with_diagonal_…" if width < tables.WIDE else ROWS[0]["problem"]]
     assert _whole(words + (["0.61", "0.018"] if width >= tables.WIDE else []), lines) == [], "\n".join(lines)
     assert "9f9f9f9f9f9f9" not in "".join(lines)  # the prefix `show` is given, not the whole hash
     relu = next(line for line in lines if line.lstrip().startswith("relu"))
-    assert relu.split()[1:] == ["1", "-", "-", *(["-"] * 3 if width >= tables.WIDE else []), "-"], relu
+    assert relu.split()[1:] == ["-", "1", "-", "-", *(["-"] * 3 if width >= tables.WIDE else []), "-"], relu
 
 
 def test_leaderboard_csv_has_one_value_per_cell():
@@ -104,3 +105,20 @@ def test_evidence_reads_as_lines_with_texts_kept_whole():
     assert lines[:2] == ["stage: compile", "cause: compile_error: \u2018at::Tensor\u2019 has no member named \u2018foo\u2019"]
     assert lines[2:6] == ["log_tail:", "  Traceback (most recent call last):", "    File \"x.py\", line 3", "  RuntimeError: boom"]
     assert lines[6:] == ["max_abs_err: 1.235e-05", "stage_s: compile_child=12.5, load=0.5", "checked_calls: 1, 7"]
+
+
+@pytest.mark.parametrize("name, width, capped", [
+    ("75_conv_transposed_2D_asymmetric_input", 24, "75_conv_transposed_2D_…"),
+    ("75_conv_transposed_2D_asymmetric_input", 38, "75_conv_transposed_2D_asymmetric_input"),
+    ("supercalifragilistic_x", 8, "supercalifragilistic_…"),  # the first part is kept whole, past the width
+    ("Qwen/Qwen2.5-Coder-32B-Instruct", 20, "Qwen/Qwen2.5-Coder-…"),
+])
+def test_a_capped_name_ends_after_a_whole_part(name, width, capped):
+    assert tables.cap(name, width, breaks="/-" if "/" in name else "_") == capped
+
+
+def test_a_kernelbench_sample_is_named_by_its_number_and_a_hash_file_by_nothing():
+    sha = "ab" * 32
+    assert tables.solution_label("run/level_1_problem_19_sample_3_kernel.py", sha) == "sample 3"
+    assert tables.solution_label(f"out/relu/{sha}.py", sha) == ""
+    assert tables.solution_label("solutions/relu/seed_001_a73418884c619a93.py", sha) == "seed_001_a7341888….py"

@@ -330,14 +330,19 @@ def compile_plan(requested: int | None, cores: int, device: str = "cuda") -> Com
     24 GB machine would have the kernel's OOM killer end compilers: wrong `compile_error` verdicts)."""
     each = CORES_PER_COMPILE[device]
     wanted = requested or max(1, cores // each)
-    said = f"--jobs {requested}" if requested else f"{cores} core(s) for compiles, {each} each"
+    said = f"--jobs {requested}" if requested else f"{_count(cores, 'core')} left for compiles, {each} per compile"
     available = _available_mb()
     if available is None:
-        return CompilePlan(wanted, f"{wanted} compile(s) at a time: {said}")
+        return CompilePlan(wanted, f"{_count(wanted, 'compile')} at a time ({said})")
     held = max(1, (available - BATCH_RESERVE_MB) // COMPILE_PEAK_MB)
     slots = min(wanted, held)
-    return CompilePlan(slots, f"{slots} compile(s) at a time: {said}; memory for {held} "
-                              f"({available / 1024:.0f} GB available, {COMPILE_PEAK_MB / 1000:.1f} GB each)")
+    return CompilePlan(slots, f"{_count(slots, 'compile')} at a time ({said}; memory {'only ' * (held < wanted)}"
+                              f"enough for {held}: {available / 1024:.0f} GB free, {COMPILE_PEAK_MB / 1000:.1f} GB "
+                              "per compile)")
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' * (n != 1)}"
 
 
 _AUTOGROUP_TRIES = 10  # x 20 ms: a session's nice, where the kernel is still rate-limiting such changes
