@@ -72,15 +72,16 @@ def test_evidence_says_where_the_time_went(verdicts):
                  "reference_timing", "reference_timed", "reference_footprint", "reference_serving"]  # the reference child's stages, request to ready
     assert [s for s in stages if s != "device_wait"] == ["compile_child", "reference_wait", "reference_run", "reference_load", *reference, "load", "start",
                             "setup", "compile", "init",
-                            "correctness", "leak", "timing", "timed", "probe", "judge", "of_which_comparer",
+                            "correctness", "leak", "timing", "judge", "of_which_comparer",
                             "of_which_comparer_work", "of_which_comparer_recompute", "of_which_reference_blocks"]
-    assert 0 < stages["of_which_comparer"] < stages["correctness"] + stages["probe"]
-    # the comparer's own work is within the round trips; the timed calls' expected outputs were recomputed
-    assert 0 < stages["of_which_comparer_recompute"] < stages["of_which_comparer_work"] < stages["of_which_comparer"]
-    assert 0 < stages["of_which_reference_blocks"] < stages["timed"]
+    # timing: kforge's own clocking of both sides, the reference's blocks among it
+    assert 0 < stages["of_which_comparer"] < stages["correctness"] + stages["timing"]
+    # the comparer's own work is within the round trips
+    assert 0 <= stages["of_which_comparer_recompute"] < stages["of_which_comparer_work"] < stages["of_which_comparer"]
+    assert 0 < stages["of_which_reference_blocks"] < stages["timing"]
     assert sum(stages[k] for k in reference) == pytest.approx(stages["reference_run"], abs=0.01)
     timed = verdicts["cpu_fused_o3"].candidate
-    assert all(s >= 0 for s in stages.values()) and stages["timed"] >= timed.reps * timed.min_ms / 1e3  # holds every sample
+    assert all(s >= 0 for s in stages.values()) and stages["timing"] >= timed.reps * timed.min_ms / 1e3  # holds every sample
     assert stages["load"] > 0 and stages["reference_load"] > 0  # fork (or interpreter), jail: before any request
     child = sum(s for k, s in stages.items() if k not in ("compile_child", "reference_wait", "judge", "load")
                 and not k.startswith(("reference", "of_which")))

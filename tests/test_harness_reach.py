@@ -43,10 +43,18 @@ def test_a_patched_problem_or_child_module_is_tampering(verdicts, name, text):
 
 @pytest.mark.slow
 def test_inputs_that_stop_fitting_stay_fresh(verdicts):
-    """Its cache of the first timed call would pass on inputs kept as they were; the fills go on in new tensors,
-    and the timed calls are compared with the reference's own."""
-    v = verdicts["misfit_inputs"]
-    assert v.status is Status.INCORRECT and "timed call" in v.evidence.cause, v.evidence
+    """Its cache of the first timed call would pass on inputs kept as they were. Its timed inputs are the
+    comparer's, and the timed calls are compared with the reference's own: wrong, or no faster than honest."""
+    _gains_nothing(verdicts["misfit_inputs"], verdicts["honest_captured"])
+
+
+def _gains_nothing(v, honest) -> None:
+    """Caught, or correct at no more than its honest twin's speed: the bound leaves this VM's spread between one
+    kernel's evaluations in fresh processes (up to ~20 %; profile_hook, whose hook slows every Python call of its
+    server, once timed 1.17x its twin); the attacks it stands for were paid 10-34x."""
+    assert honest.status is Status.CORRECT, honest.evidence
+    assert v.status in (Status.CHEAT, Status.INCORRECT) or v.speedup <= 1.25 * honest.speedup, \
+        (v.status, v.speedup, honest.speedup, v.evidence.cause)
 
 
 @pytest.mark.slow
@@ -62,27 +70,24 @@ def test_what_the_frames_and_the_pages_hide_is_judged(verdicts, name):
 
 @pytest.mark.slow
 def test_work_left_for_a_hook_after_the_timer_is_never_done(verdicts):
-    """The harness clears hooks before the timer stops, so the hook's work never runs and the call's output is
-    wrong (left in place, the hook was `correct` at 34x its honest kernel). The frame reader is judged above: on
-    a loaded machine its rounds can be of one call, each one a round's last, and it then does all the work."""
-    v = verdicts["profile_hook"]
-    assert v.status is Status.INCORRECT and "timed call" in v.evidence.cause, v.evidence
+    """A profile hook that does the call's work once forward() returned: kforge's process reads the outputs at
+    `done`, so the work is either inside its clock or missing from what it read (left in an in-process harness,
+    the hook was `correct` at 34x its honest kernel)."""
+    _gains_nothing(verdicts["profile_hook"], verdicts["honest_captured"])
 
 
 @pytest.mark.slow
-def test_work_a_gc_callback_does_after_the_timer_is_caught_by_what_the_window_read(verdicts):
-    """No hook to clear: the callback runs in the harness's own thread, past the timer and before the snapshot,
-    so the snapshot is right. What the timed window read of the output was not."""
-    v = verdicts["gc_callback"]
-    assert (v.status, v.evidence.exploit) == (Status.CHEAT, "late_output"), v.evidence
-    assert "when the timer stopped" in v.evidence.cause, v.evidence.cause
+def test_work_a_gc_callback_does_after_the_timer_gains_nothing(verdicts):
+    """A gc callback that runs the work in the server's own thread, around the call: inside kforge's clock, or
+    after `done` and so missing from what it read then."""
+    _gains_nothing(verdicts["gc_callback"], verdicts["honest_captured"])
 
 
 @pytest.mark.slow
 def test_a_problem_whose_shapes_change_with_the_seed_judges_an_honest_kernel_correct(verdicts):
     v = verdicts["honest"]
     assert v.status is Status.CORRECT and v.speedup, v.evidence
-    assert "new tensors where" in v.evidence.timing.fresh_inputs
+    assert "only the comparer holds" in v.evidence.timing.fresh_inputs
 
 
 def test_the_parent_checks_each_call_at_random_after_it_ran():

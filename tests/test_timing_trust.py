@@ -174,25 +174,20 @@ def trust_verdicts(adversarial_build_root, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_a_timer_that_reports_one_call_in_ten_is_a_timer_escape(trust_verdicts):
-    """Before: `correct`, 6.4x (its honest kernel: 0.022x), its forged fill total covering the loop."""
-    v = trust_verdicts["timer_one_in_ten"]
-    assert (v.status, v.evidence.exploit) == (Status.CHEAT, "timer_escape"), v.evidence
-    assert "went unreported" in v.evidence.cause
+def test_a_timer_that_reports_one_call_in_ten_gains_nothing(trust_verdicts):
+    """Before: `correct`, 6.4x (its honest kernel: 0.022x), its forged fill total covering the loop. Its process
+    holds no timer kforge reads."""
+    v, honest = trust_verdicts["timer_one_in_ten"], trust_verdicts["honest_captured"]
+    assert v.status in (Status.CHEAT, Status.INCORRECT) or v.speedup <= 1.1 * honest.speedup, (v.speedup, honest.speedup)
 
 
 @pytest.mark.slow
 def test_threads_that_outlast_the_freeze_gain_nothing(trust_verdicts):
-    """Its pairs are void (or the reference beside it was slowed): the speedup is against the reference
-    alone, within 10 % of its honest twin's or below it."""
+    """Its threads would run on while the reference is timed: within 10 % of its honest twin's speed or below."""
     v, twin = trust_verdicts["freeze_outlast"], trust_verdicts["matmul_twin"]
     assert twin.status is Status.CORRECT, twin.evidence
-    if v.status is Status.CORRECT:
-        assert v.speedup <= 1.1 * twin.speedup, (v.speedup, twin.speedup, v.evidence.timing)
-        assert "could not be timed with the candidate stopped" in v.evidence.timing.interval \
-            or "slower beside the candidate" in v.evidence.timing.interval, v.evidence.timing.interval
-    else:
-        assert v.status in (Status.CHEAT, Status.INCORRECT), v.evidence
+    assert v.status in (Status.CHEAT, Status.INCORRECT) or v.speedup <= 1.1 * twin.speedup, \
+        (v.speedup, twin.speedup, v.evidence.timing)
 
 
 @pytest.mark.slow

@@ -269,6 +269,7 @@ class TrustedTiming:
                 start = time.monotonic()
                 block = [self._reference_call(f"{TIMED}{k}", least, k) for k in range(first, first + n)]
                 paired.reference_wall_s += time.monotonic() - start
+                paired.paused_s = paired.reference_wall_s  # the candidate stood frozen meanwhile
         except FreezeIncomplete as exc:
             paired.void.append(first)
             paired.unfrozen = paired.unfrozen or str(exc)
