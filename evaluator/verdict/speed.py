@@ -115,6 +115,9 @@ def report(case: Case) -> TimingReport | None:
                     f"candidate, before or after it by a secret coin")
         if settings.device == "cpu":  # identical work in single fresh process pairs: 0.85-1.14x (benchmarks/cpu_pairing.py)
             interval += "; it spans this pair of processes only: fresh ones can time the same work ~10 % apart"
+        else:  # reruns of one candidate on an H100 (benchmarks/cuda_rerun_spread.py, docs/benchmarks.md)
+            interval += ("; it spans this pair of processes only: reruns in fresh ones moved the same work's speedup "
+                         "up to 1.6 % (a 26 us kernel) and 0.04-0.8 % (2.6-10.5 ms calls)")
     else:
         reference_calls, speedup_interval = ref.reps if ref else None, ratio_interval(ref, mine) if ref else None
         interval = "from the two medians' 95 % intervals (reference and candidate timed apart)"
