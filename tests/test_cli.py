@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,8 @@ def test_a_run_outside_a_terminal_says_each_verdict_and_what_it_took_back(kforge
     (["evaluate", "no_such_dir"], "no such directory"),
     (["evaluate", str(TRUNCATED)], f"{TRUNCATED} is a file: evaluate judges the .py files of a folder (kforge submit "),
     (["submit", str(TRUNCATED.parent)], f"{TRUNCATED.parent} is a folder: submit judges one file (kforge evaluate "),
-    (["leaderboard", "--db", "postgresql+psycopg://kforge@127.0.0.1/kforge"],
+    (["leaderboard", "--db", "postgresql+psycopg://kforge@127.0.0.1:1/kforge"],  # no server on port 1
+     "cannot open database 'postgresql+psycopg://kforge@127.0.0.1:1/kforge'" if find_spec("psycopg") else
      "the postgres extra installs psycopg, for postgresql+psycopg:// URLs: KFORGE_EXTRAS=dev,postgres bash "
      "scripts/setup.sh, or pip install -e '.[postgres]'"),
 ])

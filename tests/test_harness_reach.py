@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, gains_nothing
 from evaluator import CandidateJob, EvalSettings, Status, Verdict, evaluate
 from evaluator.verdict.checks import CHECKED, Checks
 from reference_problems import resolve_problem
@@ -45,16 +45,7 @@ def test_a_patched_problem_or_child_module_is_tampering(verdicts, name, text):
 def test_inputs_that_stop_fitting_stay_fresh(verdicts):
     """Its cache of the first timed call would pass on inputs kept as they were. Its timed inputs are the
     comparer's, and the timed calls are compared with the reference's own: wrong, or no faster than honest."""
-    _gains_nothing(verdicts["misfit_inputs"], verdicts["honest_captured"])
-
-
-def _gains_nothing(v, honest) -> None:
-    """Caught, or correct at no more than its honest twin's speed: the bound leaves this VM's spread between one
-    kernel's evaluations in fresh processes (up to ~20 %; profile_hook, whose hook slows every Python call of its
-    server, once timed 1.17x its twin); the attacks it stands for were paid 10-34x."""
-    assert honest.status is Status.CORRECT, honest.evidence
-    assert v.status in (Status.CHEAT, Status.INCORRECT) or v.speedup <= 1.25 * honest.speedup, \
-        (v.status, v.speedup, honest.speedup, v.evidence.cause)
+    gains_nothing(verdicts["misfit_inputs"], verdicts["honest_captured"])
 
 
 @pytest.mark.slow
@@ -73,14 +64,14 @@ def test_work_left_for_a_hook_after_the_timer_is_never_done(verdicts):
     """A profile hook that does the call's work once forward() returned: kforge's process reads the outputs at
     `done`, so the work is either inside its clock or missing from what it read (left in an in-process harness,
     the hook was `correct` at 34x its honest kernel)."""
-    _gains_nothing(verdicts["profile_hook"], verdicts["honest_captured"])
+    gains_nothing(verdicts["profile_hook"], verdicts["honest_captured"])
 
 
 @pytest.mark.slow
-def test_work_a_gc_callback_does_after_the_timer_gains_nothing(verdicts):
+def test_work_a_gc_callback_does_after_the_timergains_nothing(verdicts):
     """A gc callback that runs the work in the server's own thread, around the call: inside kforge's clock, or
     after `done` and so missing from what it read then."""
-    _gains_nothing(verdicts["gc_callback"], verdicts["honest_captured"])
+    gains_nothing(verdicts["gc_callback"], verdicts["honest_captured"])
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CANDIDATES, ROOT
+from evaluator.contracts import EvalSettings
 from evaluator.languages import Language, language_of
 from evaluator.static import check_source
 from kforge.cli import collect
@@ -69,7 +70,7 @@ def test_each_file_maps_to_its_problem_as_kforge_evaluate_reads_a_kernelbench_ru
     imported, skipped = import_problems(HERE / "examples", tmp_path)
     assert [p.name for p in imported] == ["model_ex_add"] and not skipped
     monkeypatch.setenv("KFORGE_PROBLEMS_DIR", str(tmp_path))
-    mapped = {str(job.path.relative_to(RUN.resolve())): job.problem.name for job in collect(RUN, None)}
+    mapped = {str(job.path.relative_to(RUN.resolve())): job.problem.name for job in collect(RUN, None, EvalSettings())[0]}
     assert mapped == {row[0]: row[1] for row in FILES}
 
 

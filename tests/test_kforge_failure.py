@@ -101,7 +101,8 @@ def verdicts(tmp_path_factory, adversarial_build_root) -> dict:
         (root / name).write_text(text)
     settings = EvalSettings(device="cpu", size="full", trials=3, leak_calls=2, warmup_ms=10, rep_ms=50, min_reps=3,
                             max_reps=50, cpu_pairs=1, build_root=adversarial_build_root, jobs=1,
-                            limits=Limits(memory_mb=3072, timeout_s=300))
+                            limits=Limits(memory_mb=3072, timeout_s=300),
+                            forward_server=False)  # the harness that copies outputs in the child, as on CUDA
     jobs = [CandidateJob(path=root / name, problem=problem) for name in files]
     return {Path(v.solution_path).name: v for v in evaluate(jobs, settings)}
 

@@ -157,8 +157,8 @@ def test_the_guard_names_the_operator_and_watches_the_check_itself():
 
 # candidate -> (status, exploit, text the cause must contain)
 EXPECTED = {
-    "aten_override": (Status.CHEAT, "judge_tampering", "during probe: aten::"),
-    "aten_override_native": (Status.CHEAT, "judge_tampering", "during probe: aten::"),
+    "aten_override": (Status.CHEAT, "judge_tampering", "during serving: aten::"),  # its last check, on CPU
+    "aten_override_native": (Status.CHEAT, "judge_tampering", "during serving: aten::"),
     "own_op": (Status.CORRECT, "", "correct in 3 trials"),
 }
 

@@ -156,7 +156,7 @@ def test_without_json_each_judged_answer_is_a_line_as_it_comes(tmp_path):
             "--size", "small", "--db", f"sqlite:///{tmp_path / 'kforge.db'}", "--out", str(tmp_path / "generations")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    said = re.findall(r"^kforge: (\w+) turn 0 sample (\d) \[[^\]]+\]: (\w+)  ([0-9a-f]{8})$", result.output, re.M)
+    said = re.findall(r"^kforge: (\w+) turn 0 sample (\d) \[[^\]]+\]: (\w+)  ([0-9a-f]{12})$", result.output, re.M)
     assert sorted((p, s, st) for p, s, st, _ in said) == [
         ("conv1d", "0", "skipped"), ("conv1d", "1", "skipped"), ("matmul_maxpool_sum_scale", "0", "truncated")], result.output
 

@@ -86,7 +86,7 @@ def test_ray_backend_evaluates_in_workers_and_the_driver_stores(ray_address: str
 def test_an_unreachable_ray_address_fails_in_seconds_with_one_line(tmp_path: Path) -> None:
     """Nothing listens on the port: kforge says so at once (Ray alone would retry for minutes), exit 2."""
     (tmp_path / "relu").mkdir()
-    (tmp_path / "relu" / "c.py").write_text("import torch\n")
+    (tmp_path / "relu" / "c.py").write_text(RAISER)  # a candidate, so the cluster is asked for
     cmd = [sys.executable, "-m", "kforge", "evaluate", str(tmp_path), "--device", "cpu", "--db", f"sqlite:///{tmp_path / 'k.db'}",
            "--runner", "ray", "--address", f"127.0.0.1:{_free_port()}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -74,8 +74,10 @@ HONEST = [SOLUTIONS / "scale_bias_hardswish/cpu_fused_o3.py", SOLUTIONS / "softm
 
 @pytest.fixture(scope="session")
 def adversarial_settings(adversarial_build_root) -> EvalSettings:
+    """The harness that times a candidate in its own process, as on CUDA: these exploits and the checks that name
+    them are that harness's (on CPU kforge's own clock leaves them nothing to reach: tests/test_trusted_timing.py)."""
     return EvalSettings(device="cpu", size="small", trials=3, warmup_ms=5, rep_ms=20, leak_calls=2, jobs=2,
-                        build_root=adversarial_build_root)
+                        build_root=adversarial_build_root, forward_server=False)
 
 
 @pytest.fixture(scope="session")

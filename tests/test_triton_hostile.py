@@ -48,7 +48,7 @@ def verdicts(build_root) -> dict[str, Verdict]:
     poisoner finds honest.py's); then, surely after the poisoner, honest.py again and the honest autotuner
     (untimed: their kernels' verdicts are what matter)."""
     settings = EvalSettings(device="cpu", size="small", trials=2, warmup_ms=5, rep_ms=20, leak_calls=2, jobs=2,
-                            build_root=build_root, cpu_pairs=1)
+                            build_root=build_root, cpu_pairs=1, forward_server=False)  # as its C++ twin is judged
     found = {Path(v.solution_path).stem: v for v in evaluate(_jobs(*HOSTILE, "honest"), settings)}
     after = evaluate(_jobs("honest", "autotuned"), settings.model_copy(update={"timing": False}))
     return found | {f"{Path(v.solution_path).stem}_after": v for v in after}

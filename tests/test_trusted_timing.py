@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, gains_nothing
 from evaluator import CandidateJob, EvalSettings, Status, Verdict, evaluate
 from reference_problems import resolve_problem
 
@@ -41,7 +41,7 @@ def test_patched_clocks_channel_and_exchange_change_no_number(verdicts):
     Now it gains nothing: its swaps cost its calls a few microseconds, which on this tiny problem can only slow it."""
     honest, patched = verdicts["honest"], verdicts["patch_everything"]
     assert patched.status is Status.CORRECT, patched.evidence
-    assert patched.speedup < 1.1 * honest.speedup, (patched.speedup, honest.speedup)
+    gains_nothing(patched, honest)
 
 
 @pytest.mark.slow
@@ -54,8 +54,7 @@ def test_done_said_before_the_work_is_seen_in_the_outputs_read_at_done(verdicts)
 @pytest.mark.slow
 def test_done_written_by_the_candidate_itself_gains_nothing(verdicts):
     """Caught where its `done` lands first (another call's output is read then), else no faster than its twin."""
-    v, honest = verdicts["forge_done"], verdicts["honest"]
-    assert v.status in (Status.CHEAT, Status.INCORRECT) or v.speedup < 1.1 * honest.speedup, v.evidence
+    gains_nothing(verdicts["forge_done"], verdicts["honest"])
 
 
 @pytest.mark.slow
@@ -70,8 +69,7 @@ def test_no_work_starts_on_the_inputs_before_the_clock(verdicts):
     """A thread that computes each call from its inputs as they appear gains nothing: the comparer holds the timing
     core from the fill to `go`. A server that computes when armed computes the last call's inputs: stale."""
     honest, watcher, early = verdicts["honest"], verdicts["compute_before_go"], verdicts["arm_computes_first"]
-    assert watcher.status in (Status.CHEAT, Status.INCORRECT) or watcher.speedup < 1.1 * honest.speedup, \
-        (watcher.speedup, honest.speedup, watcher.evidence.cause)
+    gains_nothing(watcher, honest)
     assert early.status in (Status.CHEAT, Status.INCORRECT), early.evidence
     spy = verdicts["runs_during_fill"]  # it spoils its own outputs once it ran between the fill and `go`
     assert spy.status is Status.CORRECT, spy.evidence.cause

@@ -146,7 +146,7 @@ def run(chan: stages.Channel, req: CandidateRequest, model, problem, watch: watc
         chan.send(Probe(outputs={}, inputs_changed=fresh.changed()))  # by the leak check's calls
         chan.send(Stage(stage="timing"))  # by the parent from here on (evaluator.parent.trusted_timing)
         forward_server.serve(chan, requests, forward_server.Server(Path(req.exchange), lambda given: model(*given)))
-        check("timing")
+        check("serving")  # its last check: the dispatcher is read too
     elif req.timing.enabled:
         changed = fresh.changed()  # by the leak check's calls: the fills below overwrite the inputs
         handed: set[str] = set()

@@ -136,7 +136,7 @@ def _serve(chan: stages.Channel, req: Request, confined: bool, requests) -> None
         model = trials.build_model(module.ModelNew, problem, req.init_seed, device)
         judge.check("in __init__", dispatcher=False)
         candidate.run(chan, req, model, problem, watch, requests,
-                      lambda stage: judge.check(f"during {stage}", dispatcher=stage == "probe"))
+                      lambda stage: judge.check(f"during {stage}", dispatcher=stage in ("probe", "serving")))
 
 
 def _run_profile(chan: stages.Channel, req: ProfileRequest, model, problem) -> None:

@@ -246,6 +246,16 @@ class ReferenceServer:
         self.killers.add(Path(line.path).parent)
         return {"error": f"the outputs file {Path(line.path).name} shrank while the comparer read it (SIGBUS)"}
 
+    def live(self) -> Child | str:
+        """The comparer itself, for a parent that rings it directly (evaluator.parent.trusted_timing): a fresh one
+        where it was lost, as the next request would find it; or why there is none."""
+        with self._lock:
+            if self.failure or self.reference is None:
+                return self._gone()
+            if self.lost and (why := self._renew(time.monotonic() + run_budget_s(self.batch.settings, self.reference))):
+                return why
+            return self.child
+
     def compare(self, label: str, expected: str, trial: int, outputs: list[dict], path: Path | None) -> dict:
         """The comparer's answer on one handed-over call; an error entry if it cannot answer (it died)."""
         if path is not None and path.parent in self.killers:

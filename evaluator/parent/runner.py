@@ -151,17 +151,29 @@ def _serve(batch: Batch, prep: Prepared, server: ReferenceServer, child: Child, 
     """What the parent does when the candidate's child says it is serving: times it (evaluator.parent.trusted_timing)
     beside its reference's server, then has the comparer judge the calls it drew and the verify call, from its own
     reads. A reference server that never served is kforge's failure, not the candidate's."""
+    def untimed(why: str) -> None:
+        comparisons["verify"] = {"error": why, "comparer_died": True}
+        checks.asked.append("verify")
+        child.send(Arm(end=True))
+
     def serve() -> None:
+        try:
+            timed()
+        except Exception as exc:  # kforge's own failure: said, and the candidate told to end, not left waiting
+            _log.exception("timing a forward server failed")
+            untimed(f"kforge failed timing the forward server: {type(exc).__name__}: {exc}")
+
+    def timed() -> None:
         folder, name = _exchange(batch, prep, server.gpu, pair)
         serving = reference.wait_for("serving", timeout_s=run_budget_s(batch.settings, server.reference))
         if serving is None:
             reference.finish(wait=False)
-            comparisons["verify"] = {"error": f"the reference's forward server did not start: "
-                                              f"{reference.result.log_tail(300).strip() or 'no log'}", "comparer_died": True}
-            checks.asked.append("verify")
-            child.send(Arm(end=True))
-            return
-        timer = TrustedTiming(server.child, child, reference, folder, name, batch.settings,
+            return untimed(f"the reference's forward server did not start: "
+                           f"{reference.result.log_tail(300).strip() or 'no log'}")
+        comparer = server.live()  # one killed in the candidate's trials is replaced first
+        if isinstance(comparer, str):
+            return untimed(comparer)
+        timer = TrustedTiming(comparer, child, reference, folder, name, batch.settings,
                               batch.settings.rep_ms / batch.pairs(), cores=batch.cores[1])
         timer.done.paired = pacer.paired  # one record: a pace the candidate forged is named there too
         done = timer.run(child.paused)

@@ -43,10 +43,10 @@ def realtime(pid: int = 0) -> tuple[int, os.sched_param] | None:
     thread, while it holds the clock: its spin on `done` is then never preempted by the machine's other work,
     whose delays would land inside the window it measures (the kernel's real-time throttling leaves the rest of
     its core 5 %). The comparer, while it fills: no server's thread runs on the timing core until it said go."""
-    before = (os.sched_getscheduler(pid), os.sched_getparam(pid))
     try:
+        before = (os.sched_getscheduler(pid), os.sched_getparam(pid))
         os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(1))
-    except OSError:
+    except OSError:  # not root, or the comparer is gone (its next fill says so)
         return None
     return before
 
