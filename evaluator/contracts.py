@@ -97,6 +97,9 @@ class EvalSettings(BaseModel):
     # CPU, paired: the candidate is a forward server, timed and read by kforge's own process (parent/trusted_timing.py);
     # False: timed by the harness in its own process (the in-process design, which a candidate can reach)
     forward_server: bool = True
+    # CUDA, the same: the clock on the comparer's own stream, the outputs read by IPC (evaluator/child/cuda_fills.py);
+    # off until its precision is measured on the device against the in-process design's
+    cuda_forward_server: bool = False
     compile_baseline: bool = False  # also time torch.compile(reference)
     cpu_threads: int = Field(1, ge=1)  # CPU runs: same thread count for both sides; 1 keeps timings stable
     cpu_pairs: int = Field(3, ge=1)  # CPU runs: fresh process pairs a correct candidate is timed in (runner.py)

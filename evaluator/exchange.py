@@ -33,7 +33,9 @@ _JSON = 64
 # words of a server's control page, written by the server
 ARMED, DONE, COUNT = 0, 8, 16
 _OUTPUTS = 64
-_RECORD = struct.Struct(f"<3q{MAX_DIMS}q{MAX_DIMS}q")  # data_ptr, dtype code, ndim, shape, strides (elements)
+# data_ptr, dtype code, ndim, shape, strides (elements); on CUDA also the offset into its allocation and that
+# allocation's IPC handle (evaluator.child.ipc), by which the comparer reads it
+_RECORD = struct.Struct(f"<3q{MAX_DIMS}q{MAX_DIMS}qq64s")
 _WORD = struct.Struct("<Q")
 # dtype codes: the index in this list; -1 is an output that is not a plain tensor
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
@@ -80,7 +82,10 @@ def put(page: mmap.mmap, at: int, value: int) -> None:
 
 
 class Output(tuple):
-    """One output as its server described it: (data_ptr, dtype name or None, shape, strides in elements)."""
+    """One output as its server described it: (data_ptr, dtype name or None, shape, strides in elements); `ipc`,
+    on CUDA, the handle and offset another process opens it by (evaluator.child.ipc.Opened.open)."""
+
+    ipc: dict | None = None
 
     @property
     def nbytes_span(self) -> int:
@@ -91,14 +96,16 @@ class Output(tuple):
         return (1 + sum((n - 1) * s for n, s in zip(shape, strides))) * ITEMSIZE[dtype]
 
 
-def write_outputs(page: mmap.mmap, records: list[tuple[int, int, list[int], list[int]]]) -> None:
-    """The server's side: its outputs' descriptions (data_ptr, dtype code, shape, strides), at most MAX_OUTPUTS."""
+def write_outputs(page: mmap.mmap, records: list[tuple]) -> None:
+    """The server's side: its outputs' descriptions (data_ptr, dtype code, shape, strides[, offset, IPC handle]),
+    at most MAX_OUTPUTS."""
     records = records[:MAX_OUTPUTS]
-    for i, (ptr, code, shape, strides) in enumerate(records):
+    for i, (ptr, code, shape, strides, *ipc) in enumerate(records):
         dims = len(shape) if len(shape) <= MAX_DIMS else -1
         pad = [0] * (MAX_DIMS - max(dims, 0))
+        offset, handle = ipc or (0, b"")
         _RECORD.pack_into(page, _OUTPUTS + i * _RECORD.size, ptr, code, dims, *(list(shape)[:MAX_DIMS] + pad),
-                          *(list(strides)[:MAX_DIMS] + pad))
+                          *(list(strides)[:MAX_DIMS] + pad), offset, handle)
     put(page, COUNT, len(records))
 
 
@@ -109,7 +116,7 @@ def read_outputs(page) -> list[Output]:
         raise ValueError(f"{count} outputs described (at most {MAX_OUTPUTS})")
     found = []
     for i in range(count):
-        ptr, code, dims, *rest = _RECORD.unpack_from(page, _OUTPUTS + i * _RECORD.size)
+        ptr, code, dims, *rest, offset, handle = _RECORD.unpack_from(page, _OUTPUTS + i * _RECORD.size)
         if code == -1:
             found.append(Output((0, None, (), ())))
             continue
@@ -118,7 +125,10 @@ def read_outputs(page) -> list[Output]:
         shape, strides = tuple(rest[:dims]), tuple(rest[MAX_DIMS:MAX_DIMS + dims])
         if any(n < 0 for n in shape) or any(s < 0 for s in strides):
             raise ValueError(f"output {i} is described with shape {shape} and strides {strides}")
-        found.append(Output((ptr, DTYPES[code], shape, strides)))
+        out = Output((ptr, DTYPES[code], shape, strides))
+        if any(handle):
+            out.ipc = {"handle": handle.hex(), "offset": offset}
+        found.append(out)
     return found
 
 

@@ -208,6 +208,7 @@ class Compare(_Line):
     trial: int
     outputs: Any  # the candidate's descriptions as it handed them over, unchecked: the comparer reads them warily
     path: str | None = None  # CPU runs: the raw-bytes file of the outputs
+    kept: str | None = None  # CUDA forward serving: the exchange whose snapshot of this call the comparer kept (StopClock)
 
 
 class Audit(_Line):
@@ -218,7 +219,31 @@ class Close(_Line):
     op: Literal["close"] = "close"
 
 
-ComparerOp = Annotated[Union[Compare, Audit, TimeBlock, Fill, Close], Field(discriminator="op")]
+class StopClock(_Line):
+    """To the comparer, on CUDA: the server of exchange `name` queued call `seq` (its outputs as `outputs` describes
+    them, each with its IPC handle); stop the comparer's clock behind the call's `done` event, read the lattice of
+    each output that `starts` place, snapshot the whole of them where `keep` says (as `label`, for a later
+    Compare), then let the held stream run. `abort`: the server never queued it; only let the stream go."""
+
+    op: Literal["stop_clock"] = "stop_clock"
+    name: str
+    seq: int = Field(gt=0)
+    label: str = ""
+    outputs: list[dict[str, Any]] = Field(default_factory=list)
+    starts: list[list[int] | None] = Field(default_factory=list)
+    keep: Literal["", "drawn", "last"] = ""  # last: a round's last call, kept until the next one's
+    abort: bool = False
+    within_s: float = Field(default=60.0, gt=0)  # what is left of the candidate's budget: the call's end is awaited that long
+
+
+class Forget(_Line):
+    """To the comparer, on CUDA: exchange `name` serves no more calls; let go of its buffers."""
+
+    op: Literal["forget"] = "forget"
+    name: str
+
+
+ComparerOp = Annotated[Union[Compare, Audit, TimeBlock, Fill, StopClock, Forget, Close], Field(discriminator="op")]
 COMPARER_OP: TypeAdapter[ComparerOp] = TypeAdapter(ComparerOp)
 
 
@@ -430,6 +455,16 @@ class Compared(Message):
     comparer_died: bool = False  # no answer came: the comparer is gone (set by the parent, evaluator.parent.references)
     work_s: float = 0.0  # the comparer's own seconds on the request (the rest of a handoff is the way there and back)
     recompute_s: float = 0.0  # of which the expected outputs were recomputed (a timed call's: not resident)
+
+
+class Clocked(Message):
+    """The comparer's answer to StopClock: the call's milliseconds by its own events, what the lattice read of each
+    output ({start, step, bytes} or None), or why not."""
+
+    event: Literal["clocked"] = "clocked"
+    ms: float = 0.0
+    seen: list[dict[str, Any] | None] = Field(default_factory=list)
+    error: str = ""
 
 
 class Audited(Message):

@@ -145,7 +145,8 @@ def eval_settings(device: str | None, size: str, jobs: int | None = None, compil
     limits = Limits(**{k: v for k, v in (("timeout_s", cfg.timeout_s), ("memory_mb", cfg.memory_mb)) if v is not None})
     return EvalSettings(device=device, size=size, jobs=jobs, limits=limits, build_root=cfg.build_root,
                         compile_baseline=compile_baseline, gpus=gpus.split(",") if gpus else None, sandbox=sandbox_mode(),
-                        language=language, precision=resolve_precision(precision), forward_server=cfg.forward_server)
+                        language=language, precision=resolve_precision(precision), forward_server=cfg.forward_server,
+                        cuda_forward_server=cfg.cuda_forward_server)
 
 
 def check_sizes(problems, settings: EvalSettings) -> None:

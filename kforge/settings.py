@@ -25,6 +25,7 @@ class Settings(BaseSettings):
     sandbox: str = "strict"  # strict: refuse to run when a sandbox layer is missing; warn: run and record it
     fork_server: bool = True  # children forked from one server that imported torch once; 0: each its own interpreter
     forward_server: bool = True  # CPU candidates timed and read by kforge's own process (EvalSettings.forward_server)
+    cuda_forward_server: bool = False  # the same on CUDA, by the comparer's stream (EvalSettings.cuda_forward_server)
 
     @field_validator("problems_dir", mode="before")
     @classmethod

@@ -14,9 +14,10 @@ from types import ModuleType
 import torch
 
 from evaluator.child import audit_rules, ipc, timing, trials
+from evaluator.child.cuda_fills import CudaFills
 from evaluator.child.fills import Fills
 from evaluator.child.correctness import Comparison, judge_outputs, layout, load_outputs
-from evaluator.protocol import COMPARER_OP, Audit, Audited, Block, Close, Compare, Compared, Fill, TimeBlock
+from evaluator.protocol import COMPARER_OP, Audit, Audited, Block, Close, Compare, Compared, Fill, Forget, StopClock, TimeBlock
 
 class Expected:
     """The reference's outputs per label: resident while they fit in `budget` bytes, else recomputed. A timed
@@ -159,10 +160,10 @@ class Timer:
 
 class Comparer:
     """Answers `compare`, `audit` and (with a timer) `time` requests against one problem's reference; with `fills`,
-    the forward exchanges' `fill` (evaluator.child.fills)."""
+    the forward exchanges' `fill` (evaluator.child.fills; on CUDA also `ring`, evaluator.child.cuda_fills)."""
 
     def __init__(self, expected: Expected, atol: float, rtol: float, timer: Timer | None = None,
-                 fills: Fills | None = None):
+                 fills: Fills | CudaFills | None = None):
         self.expected, self.atol, self.rtol, self.timer, self.fills = expected, atol, rtol, timer, fills
 
     def fill(self, request: Fill) -> None:
@@ -179,7 +180,7 @@ class Comparer:
         matches instead (a cached or leftover result), if any."""
         opened, got = ipc.Opened(), []
         try:
-            got = _received(request, opened)
+            got = self.fills.take(request.kept, request.label) if request.kept and self.fills else _received(request, opened)
             if trials.timed_rep(request.expected) is not None and (moved := late(request.outputs, got, self.expected.device)):
                 return Compared(which=request.label, late=moved)
             result = self._against(got, request.outputs, request.expected, request.trial)
@@ -218,5 +219,9 @@ def serve(chan, requests, comparer: Comparer) -> None:
             chan.send(Audited(findings=comparer.audit()))
         elif isinstance(request, Fill) and comparer.fills:
             comparer.fill(request)
+        elif isinstance(request, StopClock) and isinstance(comparer.fills, CudaFills):
+            chan.send(comparer.fills.stop_clock(request))
+        elif isinstance(request, Forget) and isinstance(comparer.fills, CudaFills):
+            comparer.fills.forget(request.name)
         elif isinstance(request, TimeBlock):
             chan.send(comparer.timer.time(request) if comparer.timer else Block(error="the reference was not timed"))

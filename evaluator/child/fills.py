@@ -20,9 +20,10 @@ from evaluator.child import timing, trials
 _T = torch._C.TensorBase
 
 
-def _layout(inputs: list) -> dict:
-    """Where each input goes in the .in file (page-aligned offsets from exchange.DATA), or its plain value."""
-    at, items = exchange.DATA, []
+def layout_of(inputs: list, base: int = exchange.DATA) -> dict:
+    """Where each input goes (page-aligned offsets from `base`: in the .in file, from exchange.DATA; in a CUDA
+    buffer, from 0), or its plain value."""
+    at, items = base, []
     for value in inputs:
         if not isinstance(value, torch.Tensor):
             items.append({"value": value})
@@ -87,7 +88,7 @@ class Fills:
 
     def _place(self, name: str, inputs: list) -> None:
         """Lay the inputs out in the server's .in file (grown if needed), copy them there, and keep views of them."""
-        layout = _layout(inputs)
+        layout = layout_of(inputs)
         if name not in self.files:
             self.files[name] = _In(exchange.inputs_path(self.folder, name))
         page, views = self.files[name].fit(layout["size"]), []

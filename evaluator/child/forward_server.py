@@ -4,7 +4,9 @@ comparer's, mapped read-only; the server says it is armed in its control page, w
 the inputs' file, calls the model, describes where its outputs lie and says `done`. The clock is the parent's, the control page and
 the outputs are read by the parent from this process's memory, and which calls are compared is drawn by the parent
 after each one: nothing here is believed. The same code serves the problem's reference in a child of its own
-(the `serve` role), so both sides are timed through the same steps, each in a process that did not fill its inputs."""
+(the `serve` role), so both sides are timed through the same steps, each in a process that did not fill its inputs.
+On CUDA the inputs lie in the comparer's device buffer, opened by IPC handle, and the call is queued between the
+comparer's interprocess events: its stream waits for `go` and records `done` (evaluator.child.cuda_fills)."""
 
 from __future__ import annotations
 
@@ -16,14 +18,15 @@ from pathlib import Path
 import torch
 
 from evaluator import exchange
-from evaluator.child import trials
+from evaluator.child import ipc, trials
 from evaluator.protocol import Arm, Serving
 
 _T = torch._C.TensorBase
 
 
-def _views(page, layout: dict) -> list:
-    """The inputs as the layout places them in the mapped .in file (tensors over its bytes; plain values)."""
+def _views(page, layout: dict, buffer: torch.Tensor | None) -> list:
+    """The inputs as the layout places them: in the mapped .in file (CPU), or in the comparer's device buffer
+    (CUDA, `buffer`); plain values as they are."""
     made = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the buffer is read-only: the inputs are not this process's to write
@@ -35,21 +38,30 @@ def _views(page, layout: dict) -> list:
             count = 1
             for n in item["shape"]:
                 count *= n
-            flat = torch.frombuffer(page, dtype=dtype, count=count, offset=item["offset"]) if count else \
-                torch.empty(0, dtype=dtype)
+            if not count:
+                flat = torch.empty(0, dtype=dtype, device="cpu" if buffer is None else "cuda")
+            elif buffer is None:
+                flat = torch.frombuffer(page, dtype=dtype, count=count, offset=item["offset"])
+            else:
+                flat = buffer[item["offset"]:item["offset"] + count * dtype.itemsize].view(dtype)
             made.append(flat.view(item["shape"]))
     return made
 
 
-def _describe(tensors: list) -> list[tuple[int, int, list[int], list[int]]]:
+def _describe(tensors: list, device: str) -> list[tuple]:
+    """Each output's place (data_ptr, dtype code, shape, strides; on CUDA also where the comparer opens it)."""
     records = []
     for t in tensors:
-        if type(t) is not torch.Tensor or _T.device.__get__(t).type != "cpu":
+        if type(t) is not torch.Tensor or _T.device.__get__(t).type != device:
             records.append((0, -1, [], []))
             continue
         name = str(_T.dtype.__get__(t)).removeprefix("torch.")
         code = exchange.DTYPES.index(name) if name in exchange.DTYPES else -1
-        records.append((_T.data_ptr(t), code, list(_T.size(t)), list(_T.stride(t))))
+        record = (_T.data_ptr(t), code, list(_T.size(t)), list(_T.stride(t)))
+        if device == "cuda" and _T.numel(t):
+            where = ipc.export(_T.data_ptr(t))
+            record += (where["offset"], bytes.fromhex(where["handle"]))
+        records.append(record)
     return records
 
 
@@ -63,6 +75,7 @@ class Server:
         self.inp_path, self.call = inp, call
         self.page, self.version, self.inputs = exchange.map_file(inp, writable=False), -1, []
         self.kept = None  # the last call's outputs, alive until the next call: the parent reads them meanwhile
+        self.device, self.opened, self.go, self.done = "cpu", None, None, None  # CUDA: the comparer's buffer, events
 
     def _load(self) -> None:
         """The inputs' views, made again only where the comparer's layout changed (a problem whose shapes change
@@ -72,7 +85,19 @@ class Server:
             self.page = page = exchange.map_file(self.inp_path, writable=False)
         version = exchange.word(page, exchange.VERSION)
         if version != self.version:
-            self.version, self.inputs = version, _views(page, exchange.read_layout(page))
+            layout = exchange.read_layout(page)
+            self.version, self.inputs = version, _views(page, layout, self._cuda(layout))
+
+    def _cuda(self, layout: dict) -> torch.Tensor | None:
+        """On CUDA, the comparer's input buffer (opened anew: its layout changed) and its `go` and `done` events."""
+        if layout.get("device") != "cuda":
+            return None
+        if self.opened is not None:
+            self.opened.close()
+        self.device, self.opened = "cuda", ipc.Opened()
+        device = torch.cuda.current_device()
+        self.go, self.done = (torch.cuda.Event.from_ipc_handle(device, bytes.fromhex(layout["events"][k])) for k in ("go", "done"))
+        return self.opened.open(layout["buffer"], int(layout["bytes"]), exchange.ALIGN)
 
     def arm(self, seq: int) -> None:
         self.kept = None
@@ -81,9 +106,13 @@ class Server:
         while exchange.word(page, exchange.GO) != seq:
             pass
         self._load()
+        if self.go is not None:
+            torch.cuda.current_stream().wait_event(self.go)
         out = self.call(self.inputs)
+        if self.done is not None:
+            self.done.record()
         tensors = trials.as_tensors(out)
-        exchange.write_outputs(ctl, _describe(tensors))
+        exchange.write_outputs(ctl, _describe(tensors, self.device))
         exchange.put(ctl, exchange.DONE, seq)
         self.kept = out
 

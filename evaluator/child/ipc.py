@@ -61,10 +61,18 @@ class _Bytes:
 
 
 class Opened:
-    """The byte ranges of one handoff, opened in this process; `close` unmaps them (after the device finished)."""
+    """The allocations of one handoff (or of a server's calls), each opened in this process once however many
+    ranges are read through it (the driver maps a handle once per context); `close` unmaps them (after the device
+    finished)."""
 
     def __init__(self):
-        self._bases: list[ctypes.c_uint64] = []
+        self._bases: dict[bytes, ctypes.c_uint64] = {}
+
+    def count(self) -> int:
+        return len(self._bases)
+
+    def holds(self, where: dict) -> bool:
+        return bytes.fromhex(str(where.get("handle", ""))) in self._bases
 
     def open(self, where: dict, nbytes: int, align: int) -> torch.Tensor:
         """`nbytes` bytes at where['offset'] into the allocation of where['handle'], as a uint8 CUDA tensor; the
@@ -73,11 +81,13 @@ class Opened:
         offset = int(where["offset"])
         if len(raw) != _HANDLE_BYTES or offset < 0 or offset % align:
             raise IpcError("a malformed IPC handle or a misaligned offset")
-        torch.cuda.init()
-        handle, base = _Handle(), ctypes.c_uint64()
-        ctypes.memmove(ctypes.addressof(handle), raw, _HANDLE_BYTES)
-        _call("cuIpcOpenMemHandle_v2", ctypes.byref(base), handle, ctypes.c_uint(_LAZY_ENABLE_PEER_ACCESS))
-        self._bases.append(base)
+        base = self._bases.get(raw)
+        if base is None:
+            torch.cuda.init()
+            handle, base = _Handle(), ctypes.c_uint64()
+            ctypes.memmove(ctypes.addressof(handle), raw, _HANDLE_BYTES)
+            _call("cuIpcOpenMemHandle_v2", ctypes.byref(base), handle, ctypes.c_uint(_LAZY_ENABLE_PEER_ACCESS))
+            self._bases[raw] = base
         start, size = allocation(base.value)
         if base.value + offset + nbytes > start + size:
             raise IpcError(f"{nbytes:,} bytes at offset {offset:,} lie outside the {size:,}-byte allocation handed over")
@@ -88,6 +98,6 @@ class Opened:
     def close(self) -> None:
         if self._bases:
             torch.cuda.synchronize()
-        for base in self._bases:
+        for base in self._bases.values():
             _driver().cuIpcCloseMemHandle(base)
         self._bases.clear()

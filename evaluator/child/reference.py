@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from evaluator.child import comparer, stages, trials
+from evaluator.child.cuda_fills import CudaFills
 from evaluator.child.fills import Fills
 from evaluator.protocol import Quiet, ReferenceRequest, Ready, Stage, Timing, Trials
 
@@ -41,7 +42,8 @@ def run_reference(chan: stages.Channel, req: ReferenceRequest, model, problem, r
             del compiled
     chan.send(Stage(stage="footprint"))
     stages.send_memory(chan, device)
-    fills = Fills(Path(req.exchange), problem, expected.seed_of, device) if req.exchange else None
+    fills = (CudaFills if device == "cuda" else Fills)(Path(req.exchange), problem, expected.seed_of, device) \
+        if req.exchange else None
     judge = comparer.Comparer(expected, req.atol, req.rtol, timer, fills)
     audit = judge.audit() if req.audit else []
     chan.send(Stage(stage="serving"))

@@ -142,10 +142,10 @@ class Batch:
         return {"seeds": seeds, "timing_seed": self.timing_seed, "verify_seed": self.verify_seed}
 
     def trusted_timing(self) -> bool:
-        """Whether the parent times candidates through forward exchanges (evaluator.parent.trusted_timing): on CPU,
-        with paired rounds, where EvalSettings.forward_server asks for it."""
+        """Whether candidates are timed through forward exchanges (evaluator.parent.trusted_timing), with paired
+        rounds: on CPU where EvalSettings.forward_server asks for it, on CUDA where cuda_forward_server does."""
         s = self.settings
-        return s.forward_server and s.device == "cpu" and s.timing and s.paired
+        return s.forward_server and (s.device == "cpu" or s.cuda_forward_server) and s.timing and s.paired
 
     def pairs(self, role: str = "candidate") -> int:
         """The fresh process pairs (reference, candidate) a correct candidate is timed in: on CPU with paired

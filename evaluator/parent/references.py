@@ -256,11 +256,14 @@ class ReferenceServer:
                 return why
             return self.child
 
-    def compare(self, label: str, expected: str, trial: int, outputs: list[dict], path: Path | None) -> dict:
-        """The comparer's answer on one handed-over call; an error entry if it cannot answer (it died)."""
+    def compare(self, label: str, expected: str, trial: int, outputs: list[dict], path: Path | None,
+                kept: str | None = None) -> dict:
+        """The comparer's answer on one handed-over call (its outputs in `path`, or in the snapshot the comparer
+        kept of exchange `kept`'s call); an error entry if it cannot answer (it died)."""
         if path is not None and path.parent in self.killers:
             return {"error": "not read: an earlier outputs file of this candidate shrank while the comparer read it"}
-        line = Compare(label=label, expected=expected, trial=trial, outputs=outputs, path=str(path) if path else None)
+        line = Compare(label=label, expected=expected, trial=trial, outputs=outputs, path=str(path) if path else None,
+                       kept=kept)
         answer = self._ask(line, "compared", "comparing a candidate's outputs")
         return answer if isinstance(answer, dict) else {"error": answer, "comparer_died": True}
 

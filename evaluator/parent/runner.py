@@ -179,9 +179,10 @@ def _serve(batch: Batch, prep: Prepared, server: ReferenceServer, child: Child, 
         done = timer.run(child.paused)
         pacer.paired.timing, pacer.ended = done.timing, True
         checks.asked += [*done.asked, *(["verify"] if "verify" in done.snapshots else [])]
-        for label, (metas, path) in done.snapshots.items():
-            comparisons[label] = server.compare(label, label, -1, metas, path)
-            path.unlink(missing_ok=True)
+        for label, (metas, path) in done.snapshots.items():  # path None: the comparer kept the snapshot (CUDA)
+            comparisons[label] = server.compare(label, label, -1, metas, path, kept=None if path else name)
+            if path is not None:
+                path.unlink(missing_ok=True)
         if done.failed and child.proc.poll() is None:  # it lives, yet its calls could not be timed or read
             comparisons["verify"] = {"error": done.failed}
             checks.asked.append("verify")
