@@ -183,10 +183,12 @@ class TimeBlock(_Line):
 
 class Arm(_Line):
     """To a forward server (evaluator.child.forward_server): make ready for call `arm` and wait for the parent's go;
-    `end`: no more calls."""
+    `end`: no more calls; `empty`: the call's steps without the model (the reference's server only: what the
+    steps themselves cost on CUDA, taken off both sides' calls)."""
 
     arm: int = 0
     end: bool = False
+    empty: bool = False
 
 
 class Fill(_Line):
@@ -348,6 +350,7 @@ class Timing(Message):
     untimed_calls: int = 0  # calls made before the timed loop began (warmup, estimate)
     fresh_inputs: str = ""  # how the inputs were refreshed between calls (trials.FreshInputs.policy)
     fill_s: float = 0.0  # seconds the timed reps' input fills took (outside the timed window, inside the loop)
+    steps_ms: float = 0.0  # CUDA forward serving: an empty call's window, taken off every sample of both sides
 
 
 class Pace(Message):

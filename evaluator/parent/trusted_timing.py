@@ -34,6 +34,8 @@ from evaluator.verdict.pacing import Paired
 
 _PAIRS, _LEAST = 10, 20  # rounds the budget must hold at least; reps before the interval may stop them
 _ESTIMATE_MS = 100.0
+_EMPTIES = 7  # CUDA: empty calls whose median window is the steps' own cost
+_LEAST_MS = 1e-4  # a sample less the steps' cost is at least this (a clock's resolution)
 POLICY = ("fresh: new values before every call from a per-call seed only the comparer holds, written into memory "
           "the candidate maps read-only; clocked, and its outputs read, by kforge's own process")
 
@@ -92,6 +94,7 @@ class TrustedTiming:
         self.coin = random.SystemRandom()
         self.plans: dict[tuple[int, int], reads.Plan] = {}  # (pid, output) -> where the next glimpse reads
         self.last_kept: tuple[str, list[dict]] | None = None  # CUDA: a round's last call, kept by the comparer
+        self.steps_ms = 0.0  # CUDA: an empty call's window, taken off every call's (measured in _warm)
         self.done = Timed()
         self._call = self._cuda_call if settings.device == "cuda" else self._cpu_call
 
@@ -115,12 +118,14 @@ class TrustedTiming:
             self._keep(label, outputs, seen)
         return ms, outputs, seen
 
-    def _cuda_call(self, side: str, label: str, keep: str = "") -> tuple[float, list[exchange.Output], list]:
+    def _cuda_call(self, side: str, label: str, keep: str = "", empty: bool = False) -> tuple[float, list[exchange.Output], list]:
         """One call on CUDA: the server is armed, the comparer queues the call's held head (its inputs, start,
         `go`) and says go; once the server has queued its call behind `go` and said done, the comparer queues the
         tail (`done`, the lattice reads at places drawn here, end, a snapshot where asked) and lets the stream
-        run. Host time of neither process lies in the window (evaluator.child.cuda_fills)."""
-        ring, name = self._arm(side), self.names[side]
+        run. Host time of neither process lies in the window (evaluator.child.cuda_fills); what the steps cost
+        themselves (the GPU's switches between the comparer's context and the server's: an empty call's window)
+        is taken off, as on both sides alike."""
+        ring, name = self._arm(side, empty), self.names[side]
         self.comparer.send(Fill(name=name, label=label, seq=ring.seq))
         try:
             ring.wait(ring.done.get, ring.seq)
@@ -142,12 +147,12 @@ class TrustedTiming:
             self.done.snapshots[label] = (metas, None)
         elif keep == "last":
             self.last_kept = (label, metas)
-        return float(clocked["ms"]), outputs, seen
+        return max(float(clocked["ms"]) - self.steps_ms, _LEAST_MS), outputs, seen
 
-    def _arm(self, side: str) -> reads.Ring:
+    def _arm(self, side: str, empty: bool = False) -> reads.Ring:
         ring = self.rings[side]
         ring.seq += 1
-        ring.child.send(Arm(arm=ring.seq))
+        ring.child.send(Arm(arm=ring.seq, empty=empty))
         ring.wait(ring.armed.get, ring.seq)
         return ring
 
@@ -213,6 +218,9 @@ class TrustedTiming:
             self._call("candidate", f"{TIMED}{-(calls + k + 1)}")
         for k in range(calls + warm):
             self._reference_call(f"{TIMED}{-(k + 1)}")
+        if self.settings.device == "cuda":  # the steps' own cost, through the reference's (trusted) server
+            empties = sorted(self._call(REFERENCE, f"{TIMED}-1", "", True)[0] for _ in range(_EMPTIES))
+            self.steps_ms = empties[len(empties) // 2]
         self.estimate = estimate
         return calls + warm
 
@@ -294,5 +302,6 @@ class TrustedTiming:
         if f"{TIMED}{k}" not in self.done.snapshots:  # the last call is compared too
             self.done.asked.append(f"{TIMED}{k}")
             self._keep_last(f"{TIMED}{k}", outputs, seen)
-        self.done.timing = Timing(which="model", samples=samples, untimed_calls=untimed, fresh_inputs=POLICY)
+        self.done.timing = Timing(which="model", samples=samples, untimed_calls=untimed, fresh_inputs=POLICY,
+                                  steps_ms=self.steps_ms)
 

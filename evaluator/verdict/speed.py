@@ -92,6 +92,8 @@ def _disturbed(case: Case) -> str:
                 f"({paired.unfrozen})")
     if alone is None or paired is None or not paired.reference:
         return ""
+    if case.trusted and case.settings.device == "cuda":  # alone: the comparer's in-process events, another clock
+        return ""
     beside = statistics.median(s for block in paired.reference for s in block)
     if beside <= (1 + (DISTURBED if case.settings.device == "cuda" else CPU_DISTURBED)) * alone.median_ms:
         return ""

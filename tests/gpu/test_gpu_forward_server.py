@@ -20,22 +20,25 @@ CUDA = ROOT / "tests" / "adversarial" / "cuda"
 PROBLEM = ROOT / "tests" / "problems" / "relu_scale_add.py"
 
 
+HONEST = ROOT / "tests" / "candidates" / "relu_scale_add" / "honest_cuda.py"
+
+
 def _judged(names: list[str], build_root: Path, forward: bool) -> dict:
     settings = EvalSettings(device="cuda", size="full", trials=2, leak_calls=2, rep_ms=300, build_root=build_root,
                             cuda_forward_server=forward)
     problem = resolve_problem(str(PROBLEM))
-    jobs = [CandidateJob(path=CUDA / f"{name}.py", problem=problem) for name in names]
+    jobs = [CandidateJob(path=CUDA / f"{name}.py" if name != "honest_cuda" else HONEST, problem=problem) for name in names]
     return {Path(v.solution_path).stem: v for v in evaluate(jobs, settings)}
 
 
 @pytest.fixture(scope="module")
 def served(build_root) -> dict:
-    return _judged(["same_as_reference", "elapsed_tenth", "late_stream"], build_root, forward=True)
+    return _judged(["same_as_reference", "honest_cuda", "elapsed_tenth", "late_stream"], build_root, forward=True)
 
 
 @pytest.fixture(scope="module")
 def in_process(build_root) -> dict:
-    return _judged(["same_as_reference", "elapsed_tenth"], build_root, forward=False)
+    return _judged(["same_as_reference", "honest_cuda", "elapsed_tenth"], build_root, forward=False)
 
 
 def test_an_identical_candidate_reads_about_one_and_as_in_process(served, in_process):
@@ -43,6 +46,14 @@ def test_an_identical_candidate_reads_about_one_and_as_in_process(served, in_pro
     assert twin.status is Status.CORRECT and before.status is Status.CORRECT, (twin.evidence.cause, before.evidence.cause)
     assert 0.9 <= twin.speedup <= 1.1, twin.evidence.cause
     assert "only the comparer holds" in twin.evidence.timing.fresh_inputs
+
+
+def test_a_fast_kernel_gets_the_in_process_speedup(served, in_process):
+    """The steps' own cost (the switches between the comparer's context and the server's, an empty call's window)
+    is taken off both sides: a 0.03 ms kernel's speedup is then the in-process design's, not pulled toward 1."""
+    fast, before = served["honest_cuda"], in_process["honest_cuda"]
+    assert fast.status is Status.CORRECT and before.status is Status.CORRECT, (fast.evidence.cause, before.evidence.cause)
+    assert abs(fast.speedup / before.speedup - 1) < 0.1, (fast.speedup, before.speedup)
 
 
 def test_a_patched_elapsed_time_changes_no_number(served, in_process):
