@@ -169,9 +169,12 @@ class CudaFills:
             return Clocked(error="the server did not queue the call")
         try:
             got, lattices, end = self._tail(served, request)
+        except (ipc.IpcError, RuntimeError, ValueError, TypeError, KeyError) as exc:  # described by the server: a claim
+            return Clocked(error=f"its outputs cannot be read as described: {type(exc).__name__}: {str(exc)[:200]}")
         finally:
             served.gate.open(request.seq)  # the held head runs now, the tail behind it
         if not _finished(end, time.monotonic() + request.within_s):
+            self.stream = torch.cuda.Stream()  # that one waits on the server's `done` for good: later calls go on
             return Clocked(error=f"the call did not end on the GPU within {request.within_s:.0f} s")
         if request.keep:
             self._keep(served, request.label, got, provisional=request.keep == "last")

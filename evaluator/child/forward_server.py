@@ -59,7 +59,11 @@ def _describe(tensors: list, device: str) -> list[tuple]:
         code = exchange.DTYPES.index(name) if name in exchange.DTYPES else -1
         record = (_T.data_ptr(t), code, list(_T.size(t)), list(_T.stride(t)))
         if device == "cuda" and _T.numel(t):
-            where = ipc.export(_T.data_ptr(t))
+            try:
+                where = ipc.export(_T.data_ptr(t))
+            except ipc.IpcError:  # not memory of this process's own (an input's view): no plain output
+                records.append((0, -1, [], []))
+                continue
             record += (where["offset"], bytes.fromhex(where["handle"]))
         records.append(record)
     return records
@@ -97,7 +101,7 @@ class Server:
         self.device, self.opened = "cuda", ipc.Opened()
         device = torch.cuda.current_device()
         self.go, self.done = (torch.cuda.Event.from_ipc_handle(device, bytes.fromhex(layout["events"][k])) for k in ("go", "done"))
-        return self.opened.open(layout["buffer"], int(layout["bytes"]), exchange.ALIGN)
+        return self.opened.open(layout["buffer"], int(layout["bytes"]), 512)  # the caching allocator's alignment
 
     def arm(self, seq: int, empty: bool = False) -> None:
         self.kept = None

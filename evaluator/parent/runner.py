@@ -183,6 +183,7 @@ def _serve(batch: Batch, prep: Prepared, server: ReferenceServer, child: Child, 
             comparisons[label] = server.compare(label, label, -1, metas, path, kept=None if path else name)
             if path is not None:
                 path.unlink(missing_ok=True)
+        timer.forget()
         if done.failed and child.proc.poll() is None:  # it lives, yet its calls could not be timed or read
             comparisons["verify"] = {"error": done.failed}
             checks.asked.append("verify")

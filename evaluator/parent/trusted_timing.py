@@ -272,10 +272,13 @@ class TrustedTiming:
                 _restore(filler, fills)
             for child in (self.candidate, self.reference):
                 child.send(Arm(end=True))
-            if not cpu:
-                for name in self.names.values():
-                    self.comparer.send(Forget(name=name))
         return self.done
+
+    def forget(self) -> None:
+        """Once its kept calls were compared: the comparer lets go of both exchanges' device buffers (CUDA)."""
+        if self.settings.device == "cuda":
+            for name in self.names.values():
+                self.comparer.send(Forget(name=name))
 
     def _rounds(self, hold) -> None:
         s, paired = self.settings, self.done.paired
