@@ -13,7 +13,7 @@ _HOME = {
     "ConflictError": "engine", "DatabaseError": "engine", "NotFoundError": "engine", "default_url": "engine",
     "ArchiveRow": "rows", "BoardRow": "rows", "EvaluationRow": "rows", "GenerationRow": "rows", "LeaderRow": "rows",
     "ProblemRow": "rows", "Removed": "rows", "RunRow": "rows", "SolutionRow": "rows", "SolutionVerdicts": "rows",
-    "SpendRow": "rows",
+    "SpendRow": "rows", "JobRow": "jobs",
 }
 __all__ = sorted(_HOME)
 

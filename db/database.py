@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import migrate
 from db.archive import ArchiveCells
+from db.jobs import Jobs
 from db.engine import (
     WRITE,
     ConflictError,
@@ -72,7 +73,7 @@ _NEWEST_EVAL = (Evaluation.created_at.desc(), Evaluation.id.desc())
 _NEWEST_GEN = (Generation.created_at.desc(), Generation.id.desc())
 
 
-class Database(Standings, Runs, ArchiveCells, Removal):
+class Database(Standings, Runs, ArchiveCells, Removal, Jobs):
     """Results store of kforge. Every method is one short transaction and returns plain rows."""
 
     def __init__(self, url: str) -> None:

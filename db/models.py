@@ -212,3 +212,42 @@ class GenerationParent(Base):
     generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"), primary_key=True)
     position: Mapped[int] = mapped_column(primary_key=True)
     parent_generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+
+
+class Job(Base):
+    """A candidate queued for judging by a shared service: the code and the problem file it is judged against, as
+    sent, until its one verdict is stored. `key` hashes the problem's content, the code's and the board it is
+    judged on (device, size, precision), so the same code sent for the same problem is one job, whoever sends it."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_queue", "state", "board", "queued_at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(unique=True)
+    board: Mapped[str]  # "device/size/precision": a server judges only the jobs of its own board
+    state: Mapped[str] = mapped_column(default="queued")  # queued|running|done|failed|cancelled
+    problem_name: Mapped[str]
+    problem_path: Mapped[str] = mapped_column(Text)  # the file the job is judged against (its content: problem_sha256)
+    problem_sha256: Mapped[str]
+    candidate_sha256: Mapped[str]
+    source: Mapped[str] = mapped_column(Text)
+    evaluation_id: Mapped[int | None] = mapped_column(ForeignKey("evaluations.id", ondelete="SET NULL"))
+    error: Mapped[str] = mapped_column(Text, default="")  # why a failed job got no verdict
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    queued_at: Mapped[datetime] = mapped_column(default=utcnow)  # the queue's order: a cancelled job asked again joins its end
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    evaluation: Mapped[Evaluation | None] = relationship()
+
+
+class JobClient(Base):
+    """A client that asked for a job: it may read the job's code and verdict. Cancelling withdraws its claim; the
+    job is cancelled once every claim on it is withdrawn, and asking for it again renews the claim."""
+
+    __tablename__ = "job_clients"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    client: Mapped[str] = mapped_column(primary_key=True, index=True)
+    cancelled: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

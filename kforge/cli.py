@@ -359,7 +359,7 @@ def _listed_only() -> None:
 def main() -> None:
     """The agent loop (torch, the LLM client) loads only for `kforge generate`; for every other command it is a
     name in the list with the same help line, so `kforge --help` starts without it."""
-    from kforge import cli_delete, cli_status
+    from kforge import cli_delete, cli_serve, cli_status
     from kforge.cli_report import register
 
     if sys.argv[1:2] == ["generate"]:
@@ -371,4 +371,5 @@ def main() -> None:
     register()  # problems (list, import), report, export, import
     cli_status.register()
     cli_delete.register()  # delete, prune
+    cli_serve.register()
     app()

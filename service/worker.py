@@ -1,0 +1,85 @@
+"""The server's worker: takes the queue's next batch (the first queued job and others of its problem file, so one
+reference run and one parallel compile serve them all), judges it through judging.judge.judge_and_store, whose
+children are jailed (this process runs no candidate code), and gives each job its one outcome. A thread of the
+server; a batch cut short by the server's death is queued again at its next start (db.jobs.requeue_running)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from db import Database, DatabaseError, JobRow
+from evaluator.contracts import CandidateJob, EvalSettings, EvaluatorError
+from judging.judge import Submission, judge_and_store
+from reference_problems import ProblemError, resolve_problem
+from service.config import ServiceConfig
+from service.intake import board_of, candidate_path, write_once
+
+log = logging.getLogger("kforge.service")
+
+
+class Worker:
+    """Judges the board's queue until stopped."""
+
+    def __init__(self, database: Database, settings: EvalSettings, config: ServiceConfig,
+                 problems_dir: Path | None) -> None:
+        self.database, self.settings, self.config, self.problems_dir = database, settings, config, problems_dir
+        self.board = board_of(settings)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="kforge-worker", daemon=True)
+
+    def start(self) -> None:
+        """Jobs a stopped server left running are queued again first, in their places, then the loop starts."""
+        if resumed := self.database.requeue_running(self.board):
+            log.info("%d job(s) left running by the last server queued again", resumed)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """No batch starts after this; one under way ends with the process (its jobs are queued again next start)."""
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            batch = self.database.take_jobs(self.board, self.config.batch)
+            if not batch:
+                self._stop.wait(self.config.poll_s)
+                continue
+            try:
+                self.judge(batch)
+            except Exception as exc:  # noqa: BLE001 - kforge's own failure: the jobs say so, the server goes on
+                log.exception("judging a batch failed")
+                self._fail(batch, f"kforge's own error: {type(exc).__name__}: {exc}")
+
+    def judge(self, batch: list[JobRow]) -> None:
+        """Each job of the batch finished once: with the verdict judge_and_store stored or took back, or failed
+        with why it could not be judged."""
+        jobs = {}
+        for row in batch:
+            try:
+                jobs[row.candidate_sha256] = (row, self._candidate(row))
+            except ProblemError as exc:
+                self.database.finish_job(row.id, error=str(exc))
+        submissions = [Submission(job=job) for _, job in jobs.values()]
+        try:
+            for judged in judge_and_store(self.database, submissions, self.settings):
+                self.database.finish_job(jobs[judged.job.sha256][0].id, evaluation_id=judged.evaluation_id)
+        except (DatabaseError, EvaluatorError, ProblemError) as exc:
+            self._fail([row for row, _ in jobs.values()], str(exc))
+
+    def _candidate(self, row: JobRow) -> CandidateJob:
+        """The job's code and problem as the evaluator takes them. ProblemError: its problem file is gone or
+        changed since it was queued, or its code is stored for another problem (one code, one problem)."""
+        problem = resolve_problem(row.problem_path, self.problems_dir)
+        if problem.sha256 != row.problem_sha256:
+            raise ProblemError(f"problem file {row.problem_path} changed since the job was queued")
+        stored = self.database.get_solution(row.candidate_sha256)
+        if stored is not None and stored.problem != problem.name:
+            raise ProblemError(f"this code is stored for problem {stored.problem!r}: one code is judged against one problem")
+        path = write_once(candidate_path(self.config.work_dir, row.candidate_sha256), row.source)
+        return CandidateJob(path=path, problem=problem, source=row.source.encode())
+
+    def _fail(self, rows: list[JobRow], why: str) -> None:
+        """Every job of these not finished yet fails with why (finish_job leaves a finished one as it is)."""
+        for row in rows:
+            self.database.finish_job(row.id, error=why)

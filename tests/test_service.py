@@ -1,0 +1,277 @@
+"""The shared judging service with real parts: `python -m kforge serve` as a process on 127.0.0.1, httpx clients
+(service.client) in threads, and real jailed evaluations on CPU at the small size. Of the many jobs sent, most are
+the same few candidates again, so real evaluations stay few and the dedupe is what is tested: nothing lost, none
+judged twice, every verdict the one `kforge submit` gives; a server SIGKILLed mid-batch and started again gives
+every accepted job exactly one verdict; no token, a wrong token, an oversized or malformed request, another
+client's job: refused, and nothing run for it."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import SOLUTIONS, kforge_runner
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+from service.client import ServiceClient, ServiceError  # noqa: E402 - after the serve extra is known to be there
+from service.contracts import JobView  # noqa: E402
+
+SBH = SOLUTIONS / "scale_bias_hardswish"
+PY_RELU = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+# (problem, code, the status kforge gives it): three C++ candidates of one problem, each run in the jail, and one
+# of another problem that builds no kernel (a cheat read from its code: stored without running)
+CANDIDATES = [
+    ("scale_bias_hardswish", (SBH / "cpu_fused_o3.py").read_text(), "correct"),
+    ("scale_bias_hardswish", (SBH / "cpu_wrong.py").read_text(), "incorrect"),
+    ("scale_bias_hardswish", (SBH / "cpu_runtime_error.py").read_text(), "runtime_error"),
+    ("relu", PY_RELU, "cheat"),
+]
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Server:
+    """One `kforge serve` process: its base URL once it said where it listens, its stderr, stopped by its pid."""
+
+    def __init__(self, tmp_path: Path, env: dict, db_url: str, tokens: Path, *options: str) -> None:
+        self.log = tmp_path / f"serve-{secrets.token_hex(3)}.log"
+        args = [sys.executable, "-m", "kforge", "serve", "--tokens", str(tokens), "--port", "0", "--db", db_url,
+                "--device", "cpu", "--size", "small", "--work-dir", str(tmp_path / "work"), *options]
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        self.url = self._address()
+
+    def _address(self) -> str:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for line in self.text().splitlines():
+                if " on http://" in line:
+                    return line.split(" on ", 1)[1].split(",")[0]
+            assert self.proc.poll() is None, self.text()
+            time.sleep(0.2)
+        raise AssertionError(f"the server said no address: {self.text()}")
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def client(self, token: str) -> ServiceClient:
+        return ServiceClient(self.url, token)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def token_file(path: Path, clients: list[str]) -> dict[str, str]:
+    """A tokens file readable by its owner alone, and each client's token."""
+    tokens = {client: secrets.token_hex(16) for client in clients}
+    path.write_text("# client token\n" + "".join(f"{c} {t}\n" for c, t in tokens.items()))
+    path.chmod(0o600)
+    return tokens
+
+
+def rows(db_url: str, query: str) -> list[tuple]:
+    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+        return conn.execute(query).fetchall()
+
+
+def evaluations_per_solution(db_url: str) -> Counter:
+    return Counter(dict(rows(db_url, "SELECT s.sha256, count(e.id) FROM solutions s "
+                                     "LEFT JOIN evaluations e ON e.solution_id = s.id GROUP BY s.sha256")))
+
+
+@pytest.fixture
+def served(tmp_path: Path, build_root: Path):
+    """A function starting servers on one db and work dir (each stopped at the end), the CLI runner on that db."""
+    run = kforge_runner(tmp_path, build_root)
+    started = []
+
+    def start(tokens: Path, *options: str) -> Server:
+        started.append(Server(tmp_path, run.env, run.db_url, tokens, *options))
+        return started[-1]
+
+    start.run = run
+    yield start
+    for server in started:
+        server.stop()
+
+
+def send(client: ServiceClient, jobs: list[tuple[str, str, bool]]) -> list[int]:
+    """Submits (problem, code, as the problem's source?) jobs in order; the job ids."""
+    ids = []
+    for problem, code, as_source in jobs:
+        if as_source:
+            source = (REPO / "reference_problems" / f"{problem}.py").read_text()
+            ids.append(client.submit(code, problem_source=source, problem_name=problem).id)
+        else:
+            ids.append(client.submit(code, problem=problem).id)
+    return ids
+
+
+def test_refused_requests_run_nothing(served, tmp_path: Path) -> None:
+    """No token, a wrong one, a body over the limit (declared or streamed), one that is no JSON job, no candidate,
+    a path for a problem, too many requests, another client's job: each refused in one line, nothing stored."""
+    tokens = token_file(tmp_path / "tokens", ["alice", "bob", "eve"])
+    server = served(tmp_path / "tokens", "--max-request-kb", "64", "--rate", "1", "--burst", "12")
+    bare = httpx.Client(base_url=server.url)
+    assert bare.get("/health").json()["ok"]
+    job = {"candidate": PY_RELU, "problem": "relu"}
+    assert bare.post("/jobs", json=job).status_code == 401
+    assert bare.post("/jobs", json=job, headers={"Authorization": "Bearer " + "0" * 32}).status_code == 401
+    assert bare.post("/jobs", json=job, headers={"Authorization": tokens["alice"]}).status_code == 401  # no scheme
+    assert bare.get("/queue", headers={"Authorization": f"Basic {tokens['alice']}"}).status_code == 401
+    huge = {"candidate": PY_RELU + "#" * (65 * 1024), "problem": "relu"}
+    eve = server.client(tokens["eve"])
+    with pytest.raises(ServiceError, match="^413"):
+        eve.submit(huge["candidate"], problem="relu")
+    streamed = eve.http.post("/jobs", content=iter([json.dumps(huge).encode()[i:i + 4096]
+                                                    for i in range(0, 70 * 1024, 4096)]))
+    assert streamed.status_code == 413  # chunked: no Content-Length to refuse it by
+    for body, why in (("{not json", "Invalid JSON"), (json.dumps({"candidate": PY_RELU}), "exactly one"),
+                      (json.dumps({**job, "extra": 1}), "extra"),
+                      (json.dumps({"candidate": "x = 1\n", "problem": "relu"}), "no ModelNew"),
+                      (json.dumps({"candidate": PY_RELU, "problem": "/etc/passwd"}), "pattern"),
+                      (json.dumps({"candidate": PY_RELU, "problem": "relux"}), "unknown problem"),
+                      (json.dumps({"candidate": PY_RELU, "problem_source": "x = 1\n"}), "lacks")):
+        reply = eve.http.post("/jobs", content=body)
+        assert reply.status_code == 422 and why in reply.json()["error"], (body, reply.text)
+    limited = next(r for r in (eve.http.get("/queue") for _ in range(40)) if r.status_code != 200)  # 12 at once, 1/s
+    assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
+    assert rows(served.run.db_url, "SELECT count(*) FROM jobs") == [(0,)]
+    assert rows(served.run.db_url, "SELECT count(*) FROM solutions") == [(0,)]
+
+    alice, bob = server.client(tokens["alice"]), server.client(tokens["bob"])
+    mine = alice.submit(PY_RELU, problem="relu")
+    for call in (bob.job, bob.code, bob.cancel, lambda i: list(bob.events(i))):
+        with pytest.raises(ServiceError, match="^404"):
+            call(mine.id)
+    assert bob.queue().jobs == [] and [j.id for j in alice.queue().jobs] in ([mine.id], [])
+    assert alice.code(mine.id).candidate == PY_RELU
+    assert rows(served.run.db_url, "SELECT id, state != 'cancelled' FROM jobs") == [(mine.id, 1)]
+    assert rows(served.run.db_url, "SELECT client FROM job_clients") == [("alice",)]
+
+
+def test_a_tokens_file_others_can_read_or_no_file_is_refused_at_start(served, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    token_file(tokens, ["alice"])
+    tokens.chmod(0o644)
+    for why in ("readable by others", "no tokens file"):
+        proc = subprocess.run([sys.executable, "-m", "kforge", "serve", "--tokens", str(tokens), "--port", "0",
+                               "--db", served.run.db_url, "--device", "cpu"], capture_output=True, text=True,
+                              env=served.run.env, cwd=REPO, timeout=120)
+        assert proc.returncode == 2 and why in proc.stderr, proc.stderr
+        tokens.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_many_clients_get_one_verdict_per_job_the_one_kforge_submit_gives(served, tmp_path: Path) -> None:
+    """32 clients x 20 jobs, all of them among 4 candidates (sent by the problem's name or as its source: the same
+    job): 4 jobs made, each judged once, every client's verdicts those that `kforge submit` then finds stored."""
+    clients = [f"client{i}" for i in range(32)]
+    tokens = token_file(tmp_path / "tokens", clients)
+    server = served(tmp_path / "tokens", "--rate", "1000", "--burst", "1000")
+    plan = {c: [(*CANDIDATES[(i + n) % 4][:2], n % 2 == 1) for n in range(20)] for i, c in enumerate(clients)}
+
+    def one_client(client: str) -> dict[int, JobView]:
+        """Its 20 jobs sent, then each of its distinct ones read until finished: the first as a stream."""
+        with server.client(tokens[client]) as api:
+            first, *rest = sorted(set(send(api, plan[client])))
+            places = [j.position for j in api.queue().jobs if j.state == "queued"]
+            assert len(places) == len(set(places)), places
+            streamed = list(api.events(first))
+            assert streamed[-1].finished and len({(e.state, e.position) for e in streamed}) == len(streamed)
+            return {first: streamed[-1]} | {i: api.wait(i, every_s=2.0) for i in rest}
+
+    with ThreadPoolExecutor(len(clients)) as pool:
+        seen = list(pool.map(one_client, clients))
+    by_id = {job_id: job for jobs in seen for job_id, job in jobs.items()}
+    assert len(by_id) == 4, by_id.keys()
+    assert all(job.evaluation_id == by_id[job_id].evaluation_id for jobs in seen for job_id, job in jobs.items())
+    codes = {server.client(tokens["client0"]).code(i).candidate: job for i, job in by_id.items()}
+    for problem, code, status in CANDIDATES:
+        job = codes[code]
+        assert (job.state, job.problem, job.verdict.status.value) == ("done", problem, status), job
+    assert set(evaluations_per_solution(served.run.db_url).values()) == {1}
+    assert rows(served.run.db_url, "SELECT count(*), count(DISTINCT evaluation_id) FROM jobs") == [(4, 4)]
+    for n, (problem, code, status) in enumerate(CANDIDATES):
+        path = tmp_path / "cli" / f"candidate_{n}.py"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(code)
+        line = json.loads(served.run("submit", str(path), "--problem", problem, "--device", "cpu", "--json").stdout)
+        assert (line["status"], line["evaluation_id"], line["reused"]) == (status, codes[code].evaluation_id, True)
+
+
+@pytest.mark.slow
+def test_a_server_killed_mid_batch_resumes_every_accepted_job_once(served, tmp_path: Path) -> None:
+    """SIGKILL while a batch is judged, then a new server on the same db: every job accepted before the kill ends
+    with exactly one verdict, no code is judged twice, and a job cancelled while queued is never judged."""
+    clients = [f"c{i}" for i in range(6)]
+    tokens = token_file(tmp_path / "tokens", clients)
+    first = served(tmp_path / "tokens", "--rate", "1000", "--burst", "1000")
+    chosen = CANDIDATES[1:]
+    plan = {c: [(*chosen[(i + n) % 3][:2], n % 2 == 0) for n in range(5)] for i, c in enumerate(clients)}
+    with ThreadPoolExecutor(len(clients)) as pool:
+        accepted = dict(zip(clients, pool.map(lambda c: send(first.client(tokens[c]), plan[c]), clients)))
+    watcher = first.client(tokens["c0"])
+    dropped = watcher.submit(PY_RELU.replace("relu(x)", "relu(x) * 2"), problem="relu")
+    assert watcher.cancel(dropped.id).state == "cancelled"
+    deadline = time.monotonic() + 600
+    while watcher.queue().running == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    time.sleep(1.0)  # into the batch: its references and children started
+    before = {i: watcher.job(i).state for i in set(accepted["c0"])}
+    first.kill()
+    assert "done" not in before.values() or len(set(before.values())) > 1, before  # the kill cut the load short
+    second = served(tmp_path / "tokens")
+    for client, ids in accepted.items():
+        api = second.client(tokens[client])
+        for job_id in set(ids):
+            job = api.wait(job_id, every_s=2.0)
+            assert job.state == "done" and job.verdict is not None, job
+    assert "queued again" in second.text()
+    assert set(evaluations_per_solution(served.run.db_url).values()) == {1}
+    assert rows(served.run.db_url, "SELECT state, count(*) FROM jobs GROUP BY state ORDER BY state") == [
+        ("cancelled", 1), ("done", 3)]
+    assert rows(served.run.db_url, f"SELECT evaluation_id FROM jobs WHERE id = {dropped.id}") == [(None,)]
+
+
+def test_a_job_is_cancelled_once_no_client_wants_it_and_asked_again_requeued(database) -> None:
+    """Two clients on one job: one cancelling withdraws only its own claim; both: the job is cancelled; asked for
+    again, it joins the end of the queue. A job taken by the worker cannot be cancelled, and finishes once."""
+    fields = dict(problem_name="relu", problem_path="/p/relu.py", problem_sha256="p", candidate_sha256="c", source="s")
+    job, made = database.enqueue_job("alice", "k", "cpu/small/fp32", **fields)
+    assert made and database.enqueue_job("bob", "k", "cpu/small/fp32", **fields)[1] is False
+    later, _ = database.enqueue_job("bob", "k2", "cpu/small/fp32", **{**fields, "candidate_sha256": "c2"})
+    assert (job.position, later.position) == (1, 2)
+    assert database.cancel_job(job.id, "alice").state == "cancelled"
+    assert database.client_job(job.id, "bob").state == "queued"
+    assert database.cancel_job(job.id, "bob").state == "cancelled"
+    assert database.client_job(later.id, "bob").position == 1
+    again, made = database.enqueue_job("alice", "k", "cpu/small/fp32", **fields)
+    assert (made, again.state, again.position) == (False, "queued", 2)
+    taken = database.take_jobs("cpu/small/fp32", 8)
+    assert [t.id for t in taken] == [later.id, job.id] and taken[0].source == "s"
+    assert database.cancel_job(job.id, "alice").state == "running"
+    assert database.finish_job(job.id, error="x") and not database.finish_job(job.id, error="y")
+    assert database.requeue_running("cpu/small/fp32") == 1 and database.client_job(later.id, "bob").state == "queued"
