@@ -4,7 +4,7 @@ problems, geomean; their formulas are in db.metrics). A mixin of Database: it ne
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from sqlalchemy import ColumnElement, distinct, exists, func, select
@@ -201,18 +201,19 @@ class Standings:
         return geomean(self._best_speedups(_tally_filters(problem, device_name, size, precision))[1])
 
     @guarded
-    def latest_verdicts(self, problem: str | None = None, level: int | None = None,
-                        precision: str | None = None) -> list[tuple[str, float | None]]:
+    def latest_verdicts(self, problem: str | None = None, level: int | None = None, precision: str | None = None,
+                        problems: Collection[str] | None = None) -> list[tuple[str, float | None]]:
         """(status, speedup) of the latest stored evaluation of each solution on each device and size (at
-        `precision`, or at each), however often it was rerun (ids grow as rows are stored). Reads one index entry
-        per evaluation (~0.6 s for 1M on SQLite)."""
+        `precision`, or at each), however often it was rerun (ids grow as rows are stored), of the named `problems`
+        only when given (a suite's). Reads one index entry per evaluation (~0.6 s for 1M on SQLite)."""
         latest = select(func.max(Evaluation.id).label("id"))
         if precision is not None:
             latest = latest.where(Evaluation.precision == precision)
-        if problem is not None or level is not None:
+        if problem is not None or level is not None or problems is not None:
             latest = latest.join(Solution, Evaluation.solution_id == Solution.id).join(Problem, Solution.problem_id == Problem.id)
             latest = latest.where(*([Problem.name == problem] if problem is not None else []),
-                                  *([Problem.level == level] if level is not None else []))
+                                  *([Problem.level == level] if level is not None else []),
+                                  *([Problem.name.in_(problems)] if problems is not None else []))
         latest = latest.group_by(Evaluation.solution_id, Evaluation.device_name, Evaluation.size,
                                  Evaluation.precision).subquery()
         stmt = select(Evaluation.status, Evaluation.speedup).join(latest, Evaluation.id == latest.c.id)

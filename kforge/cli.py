@@ -252,6 +252,8 @@ def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt =
                 as_csv: Annotated[bool, typer.Option("--csv", help="one CSV row per problem and device/size, for a "
                                                       "spreadsheet")] = False,
                 level: Annotated[Optional[int], typer.Option("--level", help="only problems of this level")] = None,
+                suite: Annotated[Optional[str], typer.Option("--suite", help="only kernelbench (problems imported from "
+                                                             "KernelBench) or kforge (the others)")] = None,
                 precision: PrecisionOpt = "fp32") -> None:
     """Best correct speedup per problem on each device and size, fast_p, and per device and size the geometric mean
     of the per-problem bests.
@@ -260,23 +262,26 @@ def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt =
     PyTorch. A sample is a stored solution on one device and size, judged by its latest evaluation; `skipped` ones
     never ran and do not count. problem_fast_p is best-of-k: of the problems judged on a device and size, the
     fraction whose best correct speedup there is > p. Status counts count solutions, each by its latest verdict
-    (reruns replace a verdict). Published numbers are per level: compare with --level. One precision per board:
-    results at fp32 and at half precision are never ranked together."""
+    (reruns replace a verdict). Published numbers are per level and over KernelBench's problems alone: compare with
+    --suite kernelbench --level N. One precision per board: results at fp32 and at half precision are never ranked
+    together."""
     from db import BoardRow
 
     if as_json and as_csv:
         raise UserError("--json and --csv: give one")
+    if suite not in (None, *kernelbench.SUITES):
+        raise UserError(f"--suite must be {' or '.join(kernelbench.SUITES)}, not '{suite}'")
     database = open_db(db)
     precision = resolve_precision(precision)
     name = resolve_problem(problem, problems_dir()).name if problem else None
-    rows = [r.model_dump(mode="json") for r in database.boards(name, precision=precision)
-            if level is None or r.level == level]
-    fast, samples = kernelbench.fast_p(database, problem=name, level=level, precision=precision)
-    summary = {"precision": precision, "fast_p": fast, "samples": samples, "boards": board_summaries(rows)}
+    rows = board_rows(database, name, level, suite, precision)
+    fast, samples = kernelbench.fast_p(database, problem=name, level=level, precision=precision, suite=suite)
+    summary = {"precision": precision, "level": level, "suites": [suite] if suite else sorted({r["suite"] for r in rows}),
+               "fast_p": fast, "samples": samples, "boards": board_summaries(rows)}
     if as_json:
         print(json.dumps({"problems": rows, **summary}, indent=1))
     elif as_csv:
-        columns, flat = tables.leaderboard_csv(list(BoardRow.model_fields), rows, [st.value for st in Status])
+        columns, flat = tables.leaderboard_csv([*BoardRow.model_fields, "suite"], rows, [st.value for st in Status])
         writer = csv.DictWriter(sys.stdout, fieldnames=columns)
         writer.writeheader()
         writer.writerows(flat)
@@ -284,6 +289,16 @@ def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt =
         out.print(tables.leaderboard(rows, out.width, precision))
         for line in summary_lines(summary):
             out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def board_rows(database: Database, problem: str | None, level: int | None, suite: str | None,
+               precision: str) -> list[dict]:
+    """The board's rows as plain values, each with its problem's suite, of the level and suite asked for (None:
+    every one)."""
+    suites = kernelbench.suites(database)
+    rows = [{**r.model_dump(mode="json"), "suite": suites[r.problem]} for r in database.boards(problem, precision=precision)
+            if level is None or r.level == level]
+    return [r for r in rows if suite is None or r["suite"] == suite]
 
 
 def board_summaries(rows: list[dict]) -> list[dict]:
@@ -309,7 +324,8 @@ def summary_lines(summary: dict) -> list[str]:
     columns: a figure's explanation on the line under it."""
     fast = "  ".join(f"fast_{p:g}={v:.2f}" for p, v in summary["fast_p"].items())
     pooled = ", every device and size together" if len(summary["boards"]) > 1 else ""
-    lines = [fast, f"  (KernelBench's, over {summary['samples']} samples{pooled})"] if summary["samples"] \
+    lines = [suite_line(summary)] if summary.get("suites") else []
+    lines += [fast, f"  (KernelBench's, over {summary['samples']} samples{pooled})"] if summary["samples"] \
         else ["no evaluated samples"]
     for b in summary["boards"]:
         n = b["problems"]
@@ -318,6 +334,14 @@ def summary_lines(summary: dict) -> list[str]:
         lines += [f"  geomean best speedup={tables.fmt(b['geomean_speedup'])}, "
                   f"problem_fast_1={b['problem_fast_p'][1.0]:.2f} (best-of-k)"] if n else []
     return lines
+
+
+def suite_line(summary: dict) -> str:
+    """Which problems the figures are over: one suite, or both together, which no published fast_p compares with."""
+    level = f", level {summary['level']}" if summary.get("level") is not None else ""
+    if len(summary["suites"]) == 1:
+        return f"suite {summary['suites'][0]}{level}"
+    return f"suites {' and '.join(summary['suites'])} together{level} (--suite picks one)"
 
 
 @app.command()

@@ -21,6 +21,7 @@ from reference_problems.registry import LEVEL_DIR
 if TYPE_CHECKING:  # annotations only: the CLI's start-up must not load SQLAlchemy
     from db import Database
 
+SUITES = ("kernelbench", "kforge")  # KernelBench's imported problems, and every other (suite_of)
 SAMPLE_FILE = re.compile(r"level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py")
 PROBLEM_ID = re.compile(r"(\d+)_")  # levelL/NN_name.py
 
@@ -42,10 +43,23 @@ def sample_of(path: Path) -> Sample | None:
     return Sample(*map(int, match.groups())) if match else None
 
 
-def kernelbench_id(problem: Problem) -> tuple[int, int] | None:
-    """(level, NN) of a problem stored as levelL/NN_name.py, as `problems import` leaves it; None otherwise."""
-    level, number = LEVEL_DIR.fullmatch(problem.path.parent.name), PROBLEM_ID.match(problem.path.stem)
+def kernelbench_id(path: Path) -> tuple[int, int] | None:
+    """(level, NN) of a problem file stored as levelL/NN_name.py, as `problems import` leaves it; None otherwise."""
+    level, number = LEVEL_DIR.fullmatch(path.parent.name), PROBLEM_ID.match(path.stem)
     return (int(level.group(1)), int(number.group(1))) if level and number else None
+
+
+def suite_of(path: str | Path) -> str:
+    """The suite a problem belongs to, from the path its file was registered under: one laid out as KernelBench's
+    levelL/NN_name.py (as `problems import` keeps it, and as a sample names its problem) is KernelBench's, any
+    other (reference_problems/, a file given by path) kforge's. Read from the stored path alone, so a db imported
+    from another machine splits the same way; published fast_p compares with the kernelbench suite only."""
+    return "kernelbench" if kernelbench_id(Path(path)) else "kforge"
+
+
+def suites(database: Database) -> dict[str, str]:
+    """Every stored problem's suite, by name."""
+    return {p.name: suite_of(p.path) for p in database.problems()}
 
 
 def problems_for(paths: Iterable[Path], problems: Iterable[Problem]) -> dict[Path, Problem]:
@@ -53,7 +67,7 @@ def problems_for(paths: Iterable[Path], problems: Iterable[Problem]) -> dict[Pat
     one line, when a sample's problem was not imported or is ambiguous: nothing is evaluated then."""
     index: dict[tuple[int, int], list[Problem]] = {}
     for problem in problems:
-        if (key := kernelbench_id(problem)) is not None:
+        if (key := kernelbench_id(problem.path)) is not None:
             index.setdefault(key, []).append(problem)
     found, missing = {}, []
     for path in paths:
@@ -89,14 +103,16 @@ def submission(job: CandidateJob) -> Submission:
 
 
 def fast_p(database: Database, thresholds: Iterable[float] = metrics.FAST_P, problem: str | None = None,
-           level: int | None = None, precision: str | None = None) -> tuple[dict[float, float], int]:
+           level: int | None = None, precision: str | None = None,
+           suite: str | None = None) -> tuple[dict[float, float], int]:
     """KernelBench's fast_p: of ALL evaluated samples, the fraction that are correct AND have speedup > p
     (db.metrics.fast_p over samples). Returns ({p: fraction}, n); ({}, 0) when nothing is evaluated. A sample is a
     stored solution on one device and size (at `precision`, or at each), judged by its latest stored evaluation
-    (reruns do not count twice); a
+    (reruns do not count twice), of the problems of `suite` (or of every suite); a
     verdict that did not judge the code (Status.judged: `skipped`, kforge's own failure) is no evaluated sample.
     Identical code is stored once, so two samples with the same source count once."""
-    judged = [(status, speedup) for status, speedup in database.latest_verdicts(problem, level, precision)
+    names = None if suite is None else [name for name, its in suites(database).items() if its == suite]
+    judged = [(status, speedup) for status, speedup in database.latest_verdicts(problem, level, precision, names)
               if Status(status).judged]
     speedups = [speedup for status, speedup in judged if status == Status.CORRECT and speedup is not None]
     return metrics.fast_p(speedups, len(judged), thresholds), len(judged)

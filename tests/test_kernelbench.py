@@ -223,7 +223,10 @@ def test_evaluate_a_kernelbench_run_directory(kforge, tmp_path):
     everything = json.loads(kforge("leaderboard", "--level", "1", "--json").stdout)
     assert everything["samples"] == 3 and everything["fast_p"]["0.0"] == pytest.approx(1 / 3)
     assert {r["problem"] for r in everything["problems"]} == {"19_ReLU", "relu"}
+    imported = json.loads(kforge("leaderboard", "--suite", "kernelbench", "--level", "1", "--json").stdout)
+    assert [(r["problem"], r["suite"]) for r in imported["problems"]] == [("19_ReLU", "kernelbench")]
+    assert (imported["samples"], imported["suites"]) == (2, ["kernelbench"])  # kforge's relu left out
     assert json.loads(kforge("leaderboard", "--level", "2", "--json").stdout) == {
-        "problems": [], "fast_p": {}, "samples": 0, "boards": [], "precision": "fp32"}
+        "problems": [], "fast_p": {}, "samples": 0, "boards": [], "precision": "fp32", "level": 2, "suites": []}
     table = kforge("leaderboard").stdout
     assert "19_ReLU" in table and "fast_0=0.33" in table and "over 3 samples" in table
