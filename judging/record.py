@@ -1,7 +1,9 @@
-"""The one place where verdicts become rows: the evaluator returns them, its callers store them through here."""
+"""The one place where verdicts become rows (the evaluator returns them, its callers store them through here), and
+code handed over as text becomes the file it is judged from."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +22,17 @@ def provenance(path: Path) -> dict:
     sidecar = path.with_suffix(".json")
     data = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
     return {k: data.get(k) for k in PROVENANCE_KEYS}
+
+
+def write_candidate(out_dir: Path, problem: str, code: str) -> Path:
+    """Code handed over as text, written as the file it is judged from: content-addressed, so identical code shares
+    one file and one evaluation."""
+    raw = code.encode()
+    path = out_dir / problem / f"{hashlib.sha256(raw).hexdigest()}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.write_bytes(raw)
+    return path
 
 
 def register_problem(database: Database, problem: Problem) -> None:

@@ -10,7 +10,6 @@ already paid for by (problem, turn, sample)."""
 from __future__ import annotations
 
 import functools
-import hashlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -24,7 +23,7 @@ from evaluator import CandidateJob, EvalSettings, Evidence, Profile, Status, Ver
 from evaluator.hardware import device_name
 from judging.judge import Judged, Submission
 from judging.stream import StreamJudge
-from judging.record import register_problem
+from judging.record import register_problem, write_candidate
 from pipeline import cache
 from pipeline.archive import Archive, ArchiveConfig, Pick, island_of
 from pipeline.bandit import Bandit, BanditConfig, improvement
@@ -103,16 +102,6 @@ class RunResult(BaseModel):
 
 
 Events = Callable[[str, Candidate], None]  # ("answered" | "judged", candidate)
-
-
-def write_candidate(out_dir: Path, problem: str, code: str) -> Path:
-    """Content-addressed, so identical answers share one file and one evaluation."""
-    raw = code.encode()
-    path = out_dir / problem / f"{hashlib.sha256(raw).hexdigest()}.py"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        path.write_bytes(raw)
-    return path
 
 
 class Loop:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 from pathlib import Path
 
 from db import Database, JobRow
@@ -30,10 +31,11 @@ def candidate_path(work_dir: Path, sha256: str) -> Path:
 
 
 def write_once(path: Path, text: str) -> Path:
-    """The text at path, written whole (a rename) unless it is there already: content-addressed files never change."""
+    """The text at path, written whole (a rename) unless it is there already: content-addressed files never change.
+    Each writer has a partial file of its own, so requests writing the same file at once never share one."""
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}.part")
+        partial = path.with_name(f".{path.name}.{secrets.token_hex(8)}.part")
         partial.write_text(text)
         os.replace(partial, path)
     return path
