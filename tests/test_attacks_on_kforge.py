@@ -144,12 +144,12 @@ def test_a_comparer_that_dies_under_an_honest_candidate_is_replaced_and_the_cand
     without the kill."""
     asked, killed = references.ReferenceServer.compare, []
 
-    def compare(server, *args):
+    def compare(server, *args, **kwargs):
         if not killed:
             killed.extend(server.child.pids())
             for pid in killed:
                 os.kill(pid, signal.SIGKILL)
-        return asked(server, *args)
+        return asked(server, *args, **kwargs)
 
     monkeypatch.setattr(references.ReferenceServer, "compare", compare)
     ((v, _),) = in_turn(honest[:1], settings)

@@ -101,3 +101,23 @@ def test_an_honest_kernel_at_full_size_stays_correct_with_a_core_hogged(build_ro
         hog.wait()
     assert [v.status for v in found] == [Status.CORRECT] * 2, [v.evidence.cause for v in found]
     assert all(v.speedup for v in found), [v.evidence.cause for v in found]
+
+
+@pytest.mark.slow
+def test_kforge_failing_while_it_times_is_its_own_failure_never_the_candidates(adversarial_build_root, monkeypatch):
+    """An exception in kforge's own handling of a served candidate (here: its comparer's client raising on the
+    calls it drew, after the timing) is kforge's failure: no drawn call reads as 'never handed over', no cheat."""
+    from evaluator.parent.references import ReferenceServer
+
+    asked = ReferenceServer.compare
+
+    def broken(server, label, *args, **kwargs):
+        if label.startswith("timed_") or label == "verify":
+            raise RuntimeError("the clock broke")
+        return asked(server, label, *args, **kwargs)
+    monkeypatch.setattr(ReferenceServer, "compare", broken)
+    settings = EvalSettings(device="cpu", size="small", trials=2, warmup_ms=5, rep_ms=100, leak_calls=2, cpu_pairs=1,
+                            build_root=adversarial_build_root, forward_server=True)
+    (v,) = evaluate([CandidateJob(path=FORWARD / "honest.py", problem=resolve_problem("relu"))], settings)
+    assert v.status.kforge_failed and not v.status.judged, v.evidence
+    assert "the clock broke" in v.evidence.cause and v.wall_s < 20, (v.evidence.cause, v.wall_s)

@@ -152,8 +152,11 @@ def _serve(batch: Batch, prep: Prepared, server: ReferenceServer, child: Child, 
     beside its reference's server, then has the comparer judge the calls it drew and the verify call, from its own
     reads. A reference server that never served is kforge's failure, not the candidate's."""
     def untimed(why: str) -> None:
-        comparisons["verify"] = {"error": why, "comparer_died": True}
+        """kforge's own failure: every call it drew and did not compare, and the verify call, carry it (never a
+        call 'not handed over', which would be the candidate's)."""
         checks.asked.append("verify")
+        for label in checks.asked:
+            comparisons.setdefault(label, {"error": why, "comparer_died": True})
         child.send(Arm(end=True))
 
     def serve() -> None:
