@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT
 
-SOURCE_DIRS = ("kforge", "evaluator", "db", "judging", "pipeline", "prompts", "reference_problems", "scripts",
+SOURCE_DIRS = ("kforge", "evaluator", "db", "judging", "pipeline", "service", "prompts", "reference_problems", "scripts",
                "benchmarks", "tests")
 # candidates in the GPU-only kernel languages: code kforge judges on a GPU machine whose environment brings their
 # packages (nvidia-cutlass-dsl, tilelang), never code kforge imports
