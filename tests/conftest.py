@@ -190,12 +190,13 @@ def relu_timing_case(samples_ms: list[float], monkeypatch, device: str = "cuda",
                  EvalSettings(device=device, size=size), {})
 
 
-def gains_nothing(v, honest) -> None:
-    """Caught, or correct at no more than its honest twin's speed: the bound leaves this VM's spread between one
-    kernel's evaluations in fresh processes (up to ~20 %; profile_hook, whose hook slows every Python call of its
-    server, once timed 1.17x its twin); the attacks it stands for were paid 10-34x."""
+def gains_nothing(v, honest, spread: float = 1.25) -> None:
+    """Caught, or correct at no more than its honest twin's speed: the top of the twin's own interval, and this
+    VM's spread between one kernel's evaluations in fresh processes on top (up to ~20 %; profile_hook, whose hook
+    slows every Python call of its server, once timed 1.17x its twin); the attacks it stands for were paid 10-34x."""
     from evaluator import Status
 
     assert honest.status is Status.CORRECT, honest.evidence
-    assert v.status in (Status.CHEAT, Status.INCORRECT) or v.speedup <= 1.25 * honest.speedup, \
-        (v.status, v.speedup, honest.speedup, v.evidence.cause)
+    top = max([honest.speedup, *((honest.evidence.timing.speedup_interval or []) if honest.evidence.timing else [])])
+    assert v.status in (Status.CHEAT, Status.INCORRECT) or v.speedup <= spread * top, \
+        (v.status, v.speedup, honest.speedup, top, v.evidence.cause)
