@@ -84,7 +84,7 @@ def test_evidence_says_where_the_time_went(verdicts):
     assert all(s >= 0 for s in stages.values()), stages
     assert stages["timing"] >= timed.reps * timed.min_ms / 1e3  # holds every sample
     assert stages["load"] > 0 and stages["reference_load"] > 0  # fork (or interpreter), jail: before any request
-    child = sum(s for k, s in stages.items() if k not in ("compile_child", "reference_wait", "judge", "load")
+    child = sum(s for k, s in stages.items() if k not in ("compile_child", "reference_wait", "judge", "load", "device_wait")
                 and not k.startswith(("reference", "of_which")))
     assert child == pytest.approx(verdicts["cpu_fused_o3"].wall_s - stages["compile_child"], abs=0.01)
     # one reference run per problem, on the critical path of whichever candidate of it came first

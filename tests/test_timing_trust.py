@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, relu_timing_case
+from conftest import ROOT, gains_nothing, relu_timing_case
 from evaluator import CandidateJob, EvalSettings, Status, evaluate
 from evaluator.sandbox import cgroups
 from evaluator.verdict.speed import CPU_DISTURBED, check_timing, report, usable
@@ -177,8 +177,7 @@ def trust_verdicts(adversarial_build_root, tmp_path_factory):
 def test_a_timer_that_reports_one_call_in_ten_gains_nothing(trust_verdicts):
     """Before: `correct`, 6.4x (its honest kernel: 0.022x), its forged fill total covering the loop. Its process
     holds no timer kforge reads."""
-    v, honest = trust_verdicts["timer_one_in_ten"], trust_verdicts["honest_captured"]
-    assert v.status in (Status.CHEAT, Status.INCORRECT) or v.speedup <= 1.1 * honest.speedup, (v.speedup, honest.speedup)
+    gains_nothing(trust_verdicts["timer_one_in_ten"], trust_verdicts["honest_captured"])
 
 
 @pytest.mark.slow
