@@ -12,8 +12,8 @@ _HOME = {
     "ORIGINS": "database", "Database": "database",
     "ConflictError": "engine", "DatabaseError": "engine", "NotFoundError": "engine", "default_url": "engine",
     "ArchiveRow": "rows", "BoardRow": "rows", "EvaluationRow": "rows", "GenerationRow": "rows", "LeaderRow": "rows",
-    "ProblemRow": "rows", "Removed": "rows", "RunRow": "rows", "SolutionRow": "rows", "SolutionVerdicts": "rows",
-    "SpendRow": "rows", "JobRow": "jobs",
+    "ProblemRow": "rows", "Removed": "rows", "ReuseRow": "rows", "RunRow": "rows", "SolutionRow": "rows",
+    "SolutionVerdicts": "rows", "SpendRow": "rows", "JobRow": "jobs",
 }
 __all__ = sorted(_HOME)
 

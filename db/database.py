@@ -31,17 +31,19 @@ from db.engine import (
     one_line,
     retry_on_conflict,
 )
-from db.models import Evaluation, Generation, GenerationParent, Problem, Solution
+from db.models import Evaluation, Generation, GenerationParent, GenerationReuse, Problem, Solution
 from db.rows import (
     EVAL_FIELDS,
     GEN_FIELDS,
     EvaluationRow,
     GenerationRow,
     ProblemRow,
+    ReuseRow,
     SolutionRow,
     evaluation_row,
     generation_row,
     problem_row,
+    reuse_row,
     solution_row,
 )
 from db.removal import Removal
@@ -315,3 +317,28 @@ class Database(Standings, Runs, ArchiveCells, Removal, Jobs):
             if gen is None:
                 raise NotFoundError(f"unknown generation id {generation_id}")
             gen.solution_id = self._solution_in(s, solution_sha256).id
+
+    @guarded
+    def add_reuse(self, generation_id: int, run_id: int | None = None) -> int:
+        """Records that a stored answer was given again instead of a paid call; a run that takes the same answer
+        again (resumed) keeps its one row. Its id."""
+        with self.session(write=True) as s, s.begin():
+            if s.get(Generation, generation_id) is None:
+                raise NotFoundError(f"unknown generation id {generation_id}")
+            same = select(GenerationReuse.id).where(GenerationReuse.generation_id == generation_id,
+                                                    GenerationReuse.run_id == run_id)
+            if run_id is not None and (known := s.scalar(same)) is not None:
+                return known
+            row = GenerationReuse(generation_id=generation_id, run_id=run_id)
+            s.add(row)
+            s.flush()
+            return row.id
+
+    @guarded
+    def reuses(self, run_id: int | None = None) -> list[ReuseRow]:
+        """Oldest first, optionally of one run."""
+        stmt = select(GenerationReuse).order_by(GenerationReuse.id)
+        if run_id is not None:
+            stmt = stmt.where(GenerationReuse.run_id == run_id)
+        with self.session() as s, s.begin():
+            return [reuse_row(r) for r in s.scalars(stmt)]

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, inspect, text
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 FIRST = "0001"  # the schema create_all made before kforge had migrations
-HEAD = "0007"  # the newest revision in migrations/versions (tests/test_migrations.py checks it against alembic's)
+HEAD = "0008"  # the newest revision in migrations/versions (tests/test_migrations.py checks it against alembic's)
 _PG_LOCK = 0x6B666F726765  # "kforge": one advisory lock key, so concurrent openers migrate one at a time
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, MetaData, String, Text, TypeDecorator
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, MetaData, String, Text, TypeDecorator, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -212,6 +212,19 @@ class GenerationParent(Base):
     generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"), primary_key=True)
     position: Mapped[int] = mapped_column(primary_key=True)
     parent_generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+
+
+class GenerationReuse(Base):
+    """A stored answer given again instead of a paid call, and the run that took it: the generations alone cannot
+    say which answers a run got for nothing. One row per run and answer (a run resumed takes it again)."""
+
+    __tablename__ = "generation_reuses"
+    __table_args__ = (UniqueConstraint("generation_id", "run_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"))
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Job(Base):

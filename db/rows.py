@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from db.models import ArchiveCell, Evaluation, Generation, Problem, Solution
+from db.models import ArchiveCell, Evaluation, Generation, GenerationReuse, Problem, Solution
 
 EVAL_FIELDS = frozenset(c.key for c in Evaluation.__table__.columns) - {"id", "solution_id"}
 GEN_FIELDS = frozenset(c.key for c in Generation.__table__.columns) - {"id", "problem_id", "solution_id"}
@@ -151,6 +151,15 @@ class GenerationRow(_Row):
     created_at: datetime
 
 
+class ReuseRow(_Row):
+    """A stored answer given again instead of a paid call: the call reused, the run that took it, and when."""
+
+    id: int
+    generation_id: int
+    run_id: int | None
+    created_at: datetime
+
+
 class RunRow(_Row):
     """A generate run: its settings, status, and what it has spent (tokens and dollars summed over its calls)."""
 
@@ -220,6 +229,10 @@ def generation_row(gen: Generation) -> GenerationRow:
     sha = gen.solution.sha256 if gen.solution is not None else None
     return GenerationRow(id=gen.id, problem=gen.problem.name, solution_sha256=sha,
                          parent_generation_ids=[p.parent_generation_id for p in gen.parents], **cols)
+
+
+def reuse_row(reuse: GenerationReuse) -> ReuseRow:
+    return ReuseRow.model_validate(reuse, from_attributes=True)
 
 
 def archive_row(cell: ArchiveCell) -> ArchiveRow:

@@ -48,10 +48,7 @@ def export(file: Annotated[Optional[Path], typer.Option("--jsonl", help="file to
     else:
         with paths.writing(option, target), target.open("w") as fh:
             counts = write(database, fh)
-    if file is None:
-        err.print(f"exported {counts} generations")
-    else:
-        err.print("exported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()) if counts else "nothing to export")
+    err.print("exported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()) if counts else "nothing to export")
 
 
 @friendly

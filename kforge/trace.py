@@ -1,15 +1,21 @@
 """The evolution trace: one JSON line per LLM call (generation), oldest first, with what it was asked (prompt kind,
 island, parents: a crossover has two), what it cost, and what became of its answer (solution, verdict, speedup,
 MAP-Elites cell).
+A stored answer a run was given again instead of a paid call is a line of its own, in its place in time: the
+reused call's line with `"cached": true`, the run that took it as `run_id`, the call's run as `cached_from_run_id`,
+and no tokens or dollars, so the lines' costs add up to what was paid. A call's line says `"cached": false`.
 Everything is read from the db, so the trace says what the db says: a near-duplicate answer shows its twin's verdict
 and names the twin."""
 
 from __future__ import annotations
 
+import heapq
 import json
+from collections import Counter
+from datetime import datetime
 from typing import IO
 
-from db import Database, EvaluationRow, GenerationRow
+from db import Database, EvaluationRow, GenerationRow, ReuseRow
 from evaluator.contracts import Status
 from kforge.lineage import judged_as
 from pipeline.archive import ArchiveConfig
@@ -31,7 +37,16 @@ def trace_lines(database: Database) -> list[dict]:
     verdicts = _latest(database.evaluations())
     judged = judged_as(list(solutions.values()), verdicts)
     edges = {}
-    return [_line(g, by_id, solutions, verdicts, judged, edges, database) for g in generations]
+    calls = [_line(g, by_id, solutions, verdicts, judged, edges, database) for g in generations]
+    of_call = {line["generation_id"]: line for line in calls}
+    reuses = [_reuse_line(of_call[r.generation_id], r) for r in database.reuses()]
+    return list(heapq.merge(calls, reuses, key=lambda line: datetime.fromisoformat(line["created_at"])))
+
+
+def _reuse_line(call: dict, reuse: ReuseRow) -> dict:
+    """The reused call's line as the run that took it saw it: the same answer and verdict, nothing paid."""
+    return call | {"run_id": reuse.run_id, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0,
+                   "created_at": reuse.created_at.isoformat(), "cached": True, "cached_from_run_id": call["run_id"]}
 
 
 def _line(g: GenerationRow, by_id: dict, solutions: dict, verdicts: dict, judged: dict, edges: dict,
@@ -50,6 +65,7 @@ def _line(g: GenerationRow, by_id: dict, solutions: dict, verdicts: dict, judged
         "speedup": ev.speedup if ev else None, "device_name": ev.device_name if ev else None,
         "duplicate_of": twin if twin != g.solution_sha256 else None,
         "cell": _cell(g, solution, ev, edges, database), "created_at": g.created_at.isoformat(),
+        "cached": False, "cached_from_run_id": None,
     }
 
 
@@ -64,9 +80,10 @@ def _cell(g: GenerationRow, solution, ev: EvaluationRow | None, edges: dict, dat
     return cell_of(solution.source, ev.speedup, edges[g.run_id]) if edges[g.run_id] else None
 
 
-def export_trace(database: Database, out: IO[str]) -> int:
-    """Writes the trace; the number of lines."""
-    lines = trace_lines(database)
-    for line in lines:
+def export_trace(database: Database, out: IO[str]) -> Counter[str]:
+    """Writes the trace; how many lines are calls ("generation") and how many reuses ("reuse")."""
+    counts: Counter[str] = Counter()
+    for line in trace_lines(database):
         out.write(json.dumps(line) + "\n")
-    return len(lines)
+        counts["reuse" if line["cached"] else "generation"] += 1
+    return counts

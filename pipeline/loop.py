@@ -251,9 +251,10 @@ class Loop:
     def _answer(self, request: LLMRequest, slot: Slot, provider: Provider,
                 key: str) -> tuple[LLMResponse, int | None, str | None]:
         """(response, stored generation id or None when it is new, the parent it was written for): any stored
-        answer to the identical request (unless config.fresh), else a paid call."""
+        answer to the identical request (unless config.fresh), its reuse recorded for the trace, else a paid call."""
         parent_sha = slot.parent.sha256 if slot.parent else None
         if not self.config.fresh and (hit := cache.lookup(self.database, key)):
+            self.database.add_reuse(hit[1], run_id=self.run_id)
             return hit[0], hit[1], parent_sha
         self.meter.admit()
         try:

@@ -334,6 +334,21 @@ def test_find_generation_prefers_latest(db: Database) -> None:
     assert db.find_generation("h1").response == "new"
 
 
+def test_a_reuse_is_recorded_once_per_run_and_listed_oldest_first(db: Database) -> None:
+    add_problem(db, "relu")
+    gid = db.add_generation(**gen_fields())
+    first, second = db.start_run({}), db.start_run({})
+    once = db.add_reuse(gid, run_id=first)
+    assert db.add_reuse(gid, run_id=first) == once  # the run resumed takes the same answer again: one reuse
+    other = db.add_reuse(gid, run_id=second)
+    loose = [db.add_reuse(gid), db.add_reuse(gid)]  # no run to tell them apart: each is its own
+    assert [(r.id, r.generation_id, r.run_id) for r in db.reuses()] == [
+        (once, gid, first), (other, gid, second), (loose[0], gid, None), (loose[1], gid, None)]
+    assert [r.id for r in db.reuses(run_id=second)] == [other]
+    with pytest.raises(NotFoundError, match="unknown generation id 99"):
+        db.add_reuse(99, run_id=first)
+
+
 # -- opening ------------------------------------------------------------------------------------
 
 

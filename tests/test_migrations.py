@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from alembic import command
 from sqlalchemy import MetaData, Table, create_engine, text
+from sqlalchemy.exc import DBAPIError
 
 from db import Database, DatabaseError, migrate
 
@@ -167,6 +168,30 @@ def test_a_call_stored_with_one_parent_keeps_it_as_its_first(url: str) -> None:
         crossover = db.get_generation(both)
         assert (crossover.parent_generation_id, crossover.parent_generation_ids) == (2, [2, 1])
     assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.HEAD,)]
+
+
+def test_a_database_from_before_reuses_were_recorded_records_them(url: str) -> None:
+    """0008 adds the reuses of stored answers: a call stored before it has none (none were recorded), a new reuse
+    names it and its run, and the downgrade drops them with their table."""
+    run_on(url, command.upgrade, "0007")
+    at = datetime(2024, 1, 1)
+    insert_rows(url, "problems", [dict(name="relu", level=1, path="p", sha256="h", created_at=at)])
+    insert_rows(url, "runs", [dict(settings={}, status="finished", stop_reason="", wall_s=0.0, created_at=at,
+                                   updated_at=at)])  # fmt: skip
+    insert_rows(url, "generations", [dict(problem_id=1, request_hash="a", provider="openai", model="m", prompt=[],
+                                          response="x", prompt_tokens=0, completion_tokens=0, cost_usd=None,
+                                          latency_s=0.0, turn=0, sample=0, run_id=1, prompt_kind="draft",
+                                          extraction_status="ok", created_at=at)])  # fmt: skip
+    with Database(url) as db:
+        assert db.reuses() == []
+        run_id = db.start_run({})
+        reuse = db.add_reuse(1, run_id=run_id)
+        assert [(r.id, r.generation_id, r.run_id) for r in db.reuses()] == [(reuse, 1, run_id)]
+    assert sql(url, "SELECT version_num FROM alembic_version") == [(migrate.HEAD,)]
+    run_on(url, command.downgrade, "0007")
+    assert sql(url, "SELECT count(*) FROM generations") == [(1,)]
+    with pytest.raises(DBAPIError, match="generation_reuses"):
+        sql(url, "SELECT count(*) FROM generation_reuses")
 
 
 def test_the_declared_head_is_alembics_and_an_up_to_date_database_opens_without_alembic(tmp_path):

@@ -1,10 +1,11 @@
 """`kforge export --trace`: after a `kforge generate` run against the scripted server on 127.0.0.1, one JSON line per
-stored LLM call, consistent with the db (ids, parents, island, prompt kind, tokens, verdict), and bad input is one
-line."""
+stored LLM call, consistent with the db (ids, parents, island, prompt kind, tokens, verdict), one per answer a later
+run reused, and bad input is one line."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import typer
 from typer.testing import CliRunner
@@ -23,16 +24,22 @@ def cut(body: dict, index: int) -> Reply:
                  prompt_tokens=10 + index, completion_tokens=index)
 
 
+def generate_json(server: FakeLLMServer, url: str, tmp_path, *options: str) -> list[dict]:
+    """`kforge generate --json` of relu on CPU against the server: its lines."""
+    gen_app = typer.Typer()
+    gen_app.command("generate")(generate)
+    run = CliRunner().invoke(gen_app, ["--problem", "relu", "--model", "fake-coder", "--base-url", server.url,
+                                       "--device", "cpu", "--db", url, "--out", str(tmp_path / "out"), "--json",
+                                       *options])
+    assert run.exit_code == 0, run.output
+    return [json.loads(line) for line in run.stdout.splitlines()]
+
+
 def test_trace_has_one_line_per_call_consistent_with_the_db(tmp_path, monkeypatch):
     monkeypatch.delenv("KFORGE_LLM_PRICES", raising=False)
     url = f"sqlite:///{tmp_path / 'k.db'}"
-    gen_app = typer.Typer()
-    gen_app.command("generate")(generate)
     with FakeLLMServer(cut) as server:
-        run = CliRunner().invoke(gen_app, ["--problem", "relu", "--samples", "2", "--turns", "2", "--islands", "2",
-                                           "--model", "fake-coder", "--base-url", server.url, "--device", "cpu",
-                                           "--db", url, "--out", str(tmp_path / "out"), "--json"])
-    assert run.exit_code == 0, run.output
+        generate_json(server, url, tmp_path, "--samples", "2", "--turns", "2", "--islands", "2")
     trace_file = tmp_path / "trace.jsonl"
     res = CliRunner().invoke(app, ["export", "--trace", str(trace_file), "--db", url])
     assert res.exit_code == 0, res.output
@@ -53,6 +60,41 @@ def test_trace_has_one_line_per_call_consistent_with_the_db(tmp_path, monkeypatc
     assert [ln["prompt_kind"] for ln in refines] == ["refine", "refine"] and [ln["island"] for ln in refines] == [0, 1]
     assert all(ln["parent_sha256"] == by_id[ln["parent_generation_id"]]["solution_sha256"] for ln in refines)
     assert sorted(ln["prompt_tokens"] for ln in lines) == [10, 11, 12, 13] and {ln["status"] for ln in lines} == {"truncated"}
+    assert not any(ln["cached"] or ln["cached_from_run_id"] for ln in lines)
+
+
+def test_a_reused_answer_is_a_cached_line_of_the_run_that_reused_it(tmp_path, monkeypatch):
+    """A second run asking what the first asked is given the stored answers: each call shows once, cached false,
+    and each reuse is a line of the second run, after the calls, cached true, naming the call it reused, costing
+    nothing."""
+    monkeypatch.delenv("KFORGE_LLM_PRICES", raising=False)
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    with FakeLLMServer(cut) as server:
+        first, second = (generate_json(server, url, tmp_path, "--samples", "2") for _ in range(2))
+    assert len(server.requests) == 2
+    (paid, paid_run), (given, given_run) = (([ln for ln in run if ln["kind"] == "candidate"], run[-1]["run_id"])
+                                            for run in (first, second))
+    assert not any(c["cached"] for c in paid) and all(c["cached"] for c in given)
+    res = CliRunner().invoke(app, ["export", "--trace", "-", "--db", url])
+    assert res.exit_code == 0, res.output
+    assert "exported 2 generations, 2 reuses" in res.stderr
+    lines = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [ln["cached"] for ln in lines] == [False, False, True, True]
+    calls, reuses = lines[:2], lines[2:]
+    assert {ln["generation_id"] for ln in calls} == {c["generation_id"] for c in paid} == {
+        c["generation_id"] for c in given} == {ln["generation_id"] for ln in reuses}
+    assert {(ln["run_id"], ln["cached_from_run_id"]) for ln in calls} == {(paid_run, None)}
+    assert {(ln["run_id"], ln["cached_from_run_id"]) for ln in reuses} == {(given_run, paid_run)}
+    assert given_run != paid_run
+    by_id = {ln["generation_id"]: ln for ln in calls}
+    last_paid = max(datetime.fromisoformat(ln["created_at"]) for ln in calls)
+    for reuse in reuses:
+        call = by_id[reuse["generation_id"]]
+        assert (reuse["prompt_tokens"], reuse["completion_tokens"], reuse["cost_usd"]) == (0, 0, 0.0) != (
+            call["prompt_tokens"], call["completion_tokens"], call["cost_usd"])
+        assert (reuse["sample"], reuse["solution_sha256"], reuse["status"]) == (
+            call["sample"], call["solution_sha256"], call["status"])
+        assert datetime.fromisoformat(reuse["created_at"]) > last_paid
 
 
 def test_export_needs_exactly_one_target(tmp_path):
