@@ -24,7 +24,7 @@ from service.contracts import CodeView, JobRequest, JobView, QueueView
 from service.intake import Refused, accept, board_of
 from service.limits import RateLimiter, TooLarge, read_body
 from service.tokens import client_of
-from service.worker import Worker
+from service.worker import Worker, batch_bound_s
 
 Handler = Callable[[Request, str], Awaitable[Response]]
 
@@ -36,10 +36,11 @@ def error(status: int, why: str, **headers: str) -> JSONResponse:
 def view(row: JobRow, created: bool | None = None) -> JobView:
     """The client's view of a stored job, its verdict rebuilt from the stored evaluation as every reader does."""
     verdict = Verdict.from_row(row.evaluation) if row.evaluation else None
+    reused = bool(row.evaluation and row.started_at and row.evaluation.created_at < row.started_at)
     return JobView(id=row.id, state=row.state, problem=row.problem_name, candidate_sha256=row.candidate_sha256,
                    position=row.position, created=created, evaluation_id=row.evaluation and row.evaluation.id,
-                   verdict=verdict, error=row.error, submitted_at=row.created_at, started_at=row.started_at,
-                   finished_at=row.finished_at)
+                   verdict=verdict, reused=reused, error=row.error, submitted_at=row.created_at,
+                   started_at=row.started_at, finished_at=row.finished_at)
 
 
 def answer(model, status: int = 200) -> Response:
@@ -109,7 +110,8 @@ class Service:
         counts = await run_in_threadpool(self.database.queue_counts, board)
         mine = await run_in_threadpool(self.database.client_jobs, client, True)
         return answer(QueueView(board=board, queued=counts["queued"], running=counts["running"],
-                                jobs=[view(row) for row in mine]))
+                                jobs=[view(row) for row in mine],
+                                batch_bound_s=batch_bound_s(self.settings, self.config.batch)))
 
     async def events(self, request: Request, client: str) -> Response:
         """Server-sent events: the job each time its state or place changes, the last one when it is finished."""

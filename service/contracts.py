@@ -38,7 +38,8 @@ class JobRequest(BaseModel):
 
 class JobView(BaseModel):
     """A job as its client sees it. position: queued jobs ahead of it plus one (None unless queued); verdict: the
-    stored verdict (Verdict, as `kforge submit` stores it) once done; error: why a failed job has none."""
+    stored verdict (Verdict, as `kforge submit` stores it) once done; reused: that verdict was stored before the
+    worker took the job (taken back, not judged for it); error: why a failed job has none."""
 
     id: int
     state: State
@@ -48,6 +49,7 @@ class JobView(BaseModel):
     created: bool | None = None  # only in the answer to a submit: False when the same job was already there
     evaluation_id: int | None = None
     verdict: Verdict | None = None
+    reused: bool = False
     error: str = ""
     submitted_at: datetime
     started_at: datetime | None = None
@@ -59,12 +61,14 @@ class JobView(BaseModel):
 
 
 class QueueView(BaseModel):
-    """The queue of the server's board (device/size/precision): how many jobs are queued and running, and this
-    client's own open jobs with their places."""
+    """The queue of the server's board (device/size/precision): how many jobs are queued and running, this
+    client's own open jobs with their places, and the longest one batch of the worker may take (service.worker:
+    batch_bound_s), from which a client bounds its wait."""
 
     board: str
     queued: int
     running: int
+    batch_bound_s: float
     jobs: list[JobView]
 
 

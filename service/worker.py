@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from db import Database, DatabaseError, JobRow
+from evaluator.child.precompiled import BUILD_TIMEOUT_S
 from evaluator.contracts import CandidateJob, EvalSettings, EvaluatorError
 from judging.judge import Submission, judge_and_store
 from reference_problems import ProblemError, resolve_problem
@@ -17,6 +18,15 @@ from service.config import ServiceConfig
 from service.intake import board_of, candidate_path, write_once
 
 log = logging.getLogger("kforge.service")
+
+
+def batch_bound_s(settings: EvalSettings, batch: int) -> float:
+    """The longest one batch of up to `batch` jobs may take, so a client can tell a stalled server from a long
+    queue: every child it starts ends within the limit, and at worst they run one after another (the problem's
+    costs and reference, then per job a compile and, per timed process pair, a reference and a candidate), with
+    the precompiled headers' one build on top."""
+    pairs = settings.cpu_pairs if settings.device == "cpu" else 1
+    return settings.limits.timeout_s * (2 + batch * (1 + 2 * pairs)) + BUILD_TIMEOUT_S
 
 
 class Worker:

@@ -3,17 +3,19 @@
 the same few candidates again, so real evaluations stay few and the dedupe is what is tested: nothing lost, none
 judged twice, every verdict the one `kforge submit` gives; a server SIGKILLed mid-batch and started again gives
 every accepted job exactly one verdict; no token, a wrong token, an oversized or malformed request, another
-client's job: refused, and nothing run for it."""
+client's job: refused, and nothing run for it. A Judge on the server (RemoteBackend) answers as a local one does."""
 
 from __future__ import annotations
 
 import json
 import secrets
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
+import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,12 +24,16 @@ import httpx
 import pytest
 
 from conftest import SOLUTIONS, kforge_runner
+from db import Database
+from evaluator import EvalSettings, Status, Verdict
+from judging.api import Judge, Judgment
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from service.client import ServiceClient, ServiceError  # noqa: E402 - after the serve extra is known to be there
-from service.contracts import JobView  # noqa: E402
+from service.client import RemoteBackend, ServiceClient, ServiceError, wait_bound_s  # noqa: E402 - the extra is there
+from service.contracts import JobView, QueueView  # noqa: E402
+from service.worker import batch_bound_s  # noqa: E402
 
 SBH = SOLUTIONS / "scale_bias_hardswish"
 PY_RELU = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
@@ -275,3 +281,98 @@ def test_a_job_is_cancelled_once_no_client_wants_it_and_asked_again_requeued(dat
     assert database.cancel_job(job.id, "alice").state == "running"
     assert database.finish_job(job.id, error="x") and not database.finish_job(job.id, error="y")
     assert database.requeue_running("cpu/small/fp32") == 1 and database.client_job(later.id, "bob").state == "queued"
+
+
+# (problem, code) judged by a local Judge and by one on the server: an honest C++ kernel, a wrong one, one that does
+# not compile, and the honest one again (judged once)
+JUDGED = [("scale_bias_hardswish", (SBH / name).read_text())
+          for name in ("cpu_fused_o3.py", "cpu_wrong.py", "cpu_compile_error.py", "cpu_fused_o3.py")]
+
+
+def own_token_file(path: Path) -> tuple[Path, str]:
+    """The server's tokens file and a client's own copy of its line, in the same format."""
+    token = token_file(path, ["alice", "bob"])["alice"]
+    mine = path.with_name("alice.token")
+    mine.write_text(f"alice {token}\n")
+    mine.chmod(0o600)
+    return mine, token
+
+
+def inside(speedup: float, judgment: Judgment) -> bool:
+    low, high = judgment.verdict.evidence.timing.speedup_interval
+    return low <= speedup <= high
+
+
+@pytest.mark.slow
+def test_a_remote_judge_gives_the_judgments_a_local_one_gives(served, tmp_path: Path, build_root: Path) -> None:
+    """The same pairs judged here (LocalBackend, at the settings `kforge serve` judges at) and on a server with a db
+    of its own (RemoteBackend): the same statuses, each correct speedup inside the other's interval, and each remote
+    verdict the one the server stored. Asked again, every verdict is taken back; code stored for one problem and
+    sent for another is the job's failure, in one line."""
+    settings = EvalSettings(device="cpu", size="small", build_root=build_root)
+    local = Judge(db=f"sqlite:///{tmp_path / 'local.db'}", settings=settings,
+                  out_dir=tmp_path / "candidates").judge_many(JUDGED)
+    mine, _ = own_token_file(tmp_path / "tokens")
+    server = served(tmp_path / "tokens")
+    judge = Judge(backend=RemoteBackend(server.url, token_file=mine, poll_s=0.5))
+    remote = judge.judge_many(JUDGED)
+    print("local:", [(j.verdict.status.value, j.verdict.speedup, j.verdict.evidence.timing and
+                      j.verdict.evidence.timing.speedup_interval) for j in local])
+    print("remote:", [(j.verdict.status.value, j.verdict.speedup, j.verdict.evidence.timing and
+                       j.verdict.evidence.timing.speedup_interval) for j in remote])
+    assert [j.verdict.status for j in remote] == [j.verdict.status for j in local] == [
+        Status.CORRECT, Status.INCORRECT, Status.COMPILE_ERROR, Status.CORRECT]
+    assert inside(local[0].verdict.speedup, remote[0]) and inside(remote[0].verdict.speedup, local[0])
+    assert remote[3] == remote[0] and not any(j.reused for j in remote)
+    with Database(served.run.db_url) as db:
+        stored = {row.id: Verdict.from_row(row) for row in db.evaluations()}
+    assert {j.evaluation_id: j.verdict for j in remote} == stored
+
+    again = judge.judge_many(JUDGED[:3])
+    assert [(j.verdict, j.evaluation_id, j.reused) for j in again] == [(j.verdict, j.evaluation_id, True)
+                                                                       for j in remote[:3]]
+    with pytest.raises(ServiceError, match=r"^job \d+ \(relu\) failed: this code is stored for problem "
+                                           r"'scale_bias_hardswish'[^\n]*$"):
+        judge.judge("relu", JUDGED[0][1])
+
+    known = (JUDGED[2][0], JUDGED[2][1] + "# judged here first\n")  # a new job, whose verdict the server took back
+    first = Judge(db=served.run.db_url, settings=settings, out_dir=tmp_path / "candidates").judge(*known)
+    taken = judge.judge(*known)
+    assert (taken.verdict, taken.evaluation_id, taken.reused) == (first.verdict, first.evaluation_id, True)
+
+
+def test_a_remote_judge_says_a_bad_token_an_unreachable_server_or_a_refused_job_in_one_line(served, tmp_path) -> None:
+    """Each a ServiceError of one line, with no httpx frame in its traceback; nothing is stored for any."""
+    mine, token = own_token_file(tmp_path / "tokens")
+    server = served(tmp_path / "tokens")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{free.getsockname()[1]}"
+    pair = [JUDGED[1]]
+    cases = [(RemoteBackend(server.url, "0" * 32), pair, r"401: a valid bearer token is required"),
+             (RemoteBackend(closed, token), pair, rf"cannot reach {closed}: .*refused"),
+             (RemoteBackend(server.url, token_file=mine), [("relu", "x = 1\n")], r"422: .*not a kforge candidate"),
+             (RemoteBackend(server.url, token), [("relux", PY_RELU)], r"422: unknown problem 'relux'")]
+    for backend, pairs, line in cases:
+        start = time.monotonic()
+        with pytest.raises(ServiceError, match=rf"^{line}[^\n]*$") as caught:
+            Judge(backend=backend).judge_many(pairs)
+        assert time.monotonic() - start < 5
+        assert "httpx" not in "".join(traceback.format_exception(caught.value)), caught.value
+    assert rows(served.run.db_url, "SELECT count(*) FROM jobs") == [(0,)]
+    queue = RemoteBackend(server.url, token).api.queue()
+    assert queue.batch_bound_s == batch_bound_s(EvalSettings(device="cpu", size="small"), 8)
+
+
+def test_a_remote_wait_is_bounded_by_the_batches_ahead_of_its_last_job() -> None:
+    """A job at place p is taken within p batches, after the one running now."""
+    def job(job_id: int, position: int | None) -> JobView:
+        return JobView(id=job_id, state="queued" if position else "running", problem="relu", candidate_sha256="s",
+                       position=position, submitted_at="2024-01-01T00:00:00")
+
+    queue = QueueView(board="cpu/small/fp32", queued=5, running=1, batch_bound_s=100.0,
+                      jobs=[job(1, None), job(2, 3), job(3, 5)])
+    assert wait_bound_s(queue, {1, 2}) == 400.0
+    assert wait_bound_s(queue, {1}) == 100.0
+    assert wait_bound_s(queue, {3}) == 600.0
+    assert wait_bound_s(queue.model_copy(update={"running": 0}), {2}) == 300.0
