@@ -3,6 +3,15 @@ first sleeps on the GPU, so the call's own stream has nothing to wait for. A clo
 `done` then stops before the work, and the lattice read there finds the output unwritten."""
 import torch
 import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_SRC = """
+#include <torch/extension.h>
+void late(torch::Tensor out, torch::Tensor x, torch::Tensor y, double scale) {
+    at::add_out(out, torch::relu(x) * scale, y);
+}
+"""
+_ext = load_inline("kforge_cuda_late_stream", cpp_sources=_SRC, functions=["late"])
 
 
 class ModelNew(nn.Module):
@@ -16,5 +25,5 @@ class ModelNew(nn.Module):
         self.side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.side):
             torch.cuda._sleep(2_000_000)
-            torch.add(torch.relu(x) * self.scale, y, out=out)
+            _ext.late(out, x, y, self.scale)
         return out
