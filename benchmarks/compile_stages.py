@@ -3,8 +3,8 @@
 Usage: python benchmarks/compile_stages.py [FILES...] [--variants full,lean] [--parallel N] [--json OUT] [--serial-nvcc]
 FILES are .cu sources (benchmarks/compile_set/ by default) or candidate .py files, whose load_inline
 cuda_sources are read without running them (module-level string literals). Each source is built the way
-kforge's compile child builds it (torch's load_inline, evaluator/child/lean_headers.py installed for `lean`, nvcc
-started through evaluator/child/nvcc_driver.py unless --serial-nvcc), in a fresh build directory, with nvcc's
+kforge's compile child builds it (torch's load_inline, evaluator/build/lean_headers.py installed for `lean`, nvcc
+started through evaluator/build/nvcc_driver.py unless --serial-nvcc), in a fresh build directory, with nvcc's
 `--time` report (through PYTORCH_NVCC; the driver writes it the same way), and the table prints seconds per
 nvcc stage: the host compiler's preprocessing (both passes), cudafe++ (the host front end), cicc (the device
 front end and optimiser), ptxas, fatbinary, the host compile of cudafe++'s output, and the .cu object's ninja
@@ -40,7 +40,7 @@ _BUILD = """
 import json, os, sys
 sys.path.insert(0, {root!r})
 import torch.utils.cpp_extension as cpp_extension
-from evaluator.child import lean_headers, nvcc_driver
+from evaluator.build import lean_headers, nvcc_driver
 if cpp_extension.CUDA_HOME is None:  # a CPU build of torch: nvcc still builds the .cu object
     cpp_extension.CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
 if {lean}:
@@ -134,7 +134,7 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=1, help="builds at once (each is one nvcc chain)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--serial-nvcc", action="store_true", help="nvcc's steps one after the other, as nvcc runs them "
-                    "(default: through evaluator/child/nvcc_driver.py, as kforge builds)")
+                    "(default: through evaluator/build/nvcc_driver.py, as kforge builds)")
     args = ap.parse_args()
     files = args.files or sorted((ROOT / "benchmarks" / "compile_set").glob("*.cu"))
     sources = [s for f in files for s in cuda_sources(f)]

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from db import Database
-from evaluator.child import precompiled
+from evaluator.build import precompiled
 from evaluator.parent.batch import DEFAULT_BUILD_ROOT, build_key
 from kforge.settings import Settings
 

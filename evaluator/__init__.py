@@ -1,11 +1,14 @@
 """Sandboxed evaluation of candidate kernels: returns verdicts with evidence; never writes the db.
 
-The folders are the trust boundary. `parent/` is the trusted scheduler (batches, references, placement, the
-build cache); `verdict/` decides, from the typed messages a child sent, what a run showed; `sandbox/` starts and
-contains child processes (jail, seccomp, cgroups, budgets, the fork server's client); `child/` is everything that
-runs beside candidate code (trials, timing loops, guards, the kernel watch, the comparer). Beside them, what they
-share: the contracts, the protocol, the statistics of samples, static checks, device facts and log reading.
-An import goes only down: parent -> verdict -> child -> sandbox -> shared (tests/test_architecture.py).
+The folders are the trust boundary and match the processes. `parent/` is the trusted scheduler (batches,
+references, placement, the build cache); `verdict/` decides, from the typed messages a child sent, what a run
+showed; both run in kforge's process and import nothing of `child/`, everything that runs beside candidate code
+(trials, timing loops, guards, the kernel watch, the comparer). `build/` holds the build tools both processes run
+(lean headers, the precompiled header, the nvcc driver); `sandbox/` starts and contains child processes (jail,
+seccomp, cgroups, budgets, the fork server's client). Beside them, what they share: the contracts, the protocol,
+the call labels, the timing method's figures, the statistics of samples, static checks, device facts and log
+reading. An import goes only down: parent -> verdict -> child -> build -> sandbox -> shared, and never from parent
+or verdict into child (tests/test_architecture.py).
 
 Names load on first use (PEP 562), so `import evaluator.static` or a CLI's `--help` does not import torch."""
 

@@ -288,7 +288,7 @@ class Compiled(Message):
     seconds: float
     cache_hit: bool
     steps: dict[str, float]
-    headers: list[str] = Field(default_factory=list)  # how each CUDA source was built: lean or full (evaluator/child/lean_headers.py)
+    headers: list[str] = Field(default_factory=list)  # how each CUDA source was built: lean or full (evaluator/build/lean_headers.py)
 
 
 class Kernels(Message):
@@ -410,6 +410,13 @@ class Error(Message):
     exc_type: str
     message: str
     traceback: str
+
+
+class KforgeFailure(RuntimeError):
+    """kforge's own work in the child ran out of memory or could not write (a copy of the outputs, their handoff,
+    a checksum), not the candidate's code: raised in the child (evaluator/child/failures.py), it arrives as an
+    Error of this exc_type. The parent holds it as kforge's failure once the candidate's trials passed
+    (evaluator/verdict/rules.py): the child's word alone never turns a failure into one of kforge's."""
 
 
 class Cheat(Message):

@@ -44,7 +44,8 @@ def test_the_check_sees_the_imports_it_judges():
 
 
 # The evaluator's own floors: its folders are the trust boundary (evaluator/__init__.py says what each holds).
-EVALUATOR_FLOORS = {"parent": 4, "verdict": 3, "child": 2, "sandbox": 1}  # everything else in evaluator/: floor 0
+EVALUATOR_FLOORS = {"parent": 5, "verdict": 4, "child": 3, "build": 2, "sandbox": 1}  # the rest of evaluator/: floor 0
+KFORGE_SIDE = ("parent", "verdict")  # the folders whose modules run in kforge's own process
 
 
 def _module(path: Path) -> str:
@@ -64,9 +65,14 @@ def _evaluator_imports(path: Path) -> set[str]:
     return found - {"evaluator"}
 
 
-def _evaluator_floor(module: str) -> int:
+def _folder(module: str) -> str:
+    """The evaluator folder a module lies in ('' for a top-level one)."""
     parts = module.split(".")
-    return EVALUATOR_FLOORS.get(parts[1], 0) if len(parts) > 1 else 0
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _evaluator_floor(module: str) -> int:
+    return EVALUATOR_FLOORS.get(_folder(module), 0)
 
 
 def evaluator_graph() -> dict[str, set[str]]:
@@ -74,14 +80,42 @@ def evaluator_graph() -> dict[str, set[str]]:
 
 
 def test_inside_the_evaluator_every_import_points_down_the_trust_boundary():
-    """parent -> verdict -> child -> sandbox -> what they share: the child side imports nothing of the verdict or
-    the parent, and the sandbox nothing of the child."""
+    """parent -> verdict -> child -> build -> sandbox -> what they share: the child side imports nothing of the
+    verdict or the parent, the build tools nothing of the child, and the sandbox nothing of either."""
     graph = evaluator_graph()
     up = [f"{module} imports {target}" for module, targets in graph.items() for target in targets
           if _evaluator_floor(target) > _evaluator_floor(module)]
     assert not up, "\n".join(up)
     seen = {(_evaluator_floor(m), _evaluator_floor(t)) for m, ts in graph.items() for t in ts}
-    assert {(4, 3), (4, 2), (4, 1), (3, 2), (3, 1), (2, 1), (2, 0), (1, 0)} <= seen  # the check reads real edges
+    assert {(5, 4), (5, 2), (5, 1), (4, 1), (3, 2), (3, 1), (3, 0), (2, 0), (1, 0)} <= seen  # the check reads real edges
+
+
+def _into_the_child(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of evaluator.child by a module of kforge's own process (parent/, verdict/)."""
+    return [f"{module} imports {target}" for module, targets in sorted(graph.items()) for target in sorted(targets)
+            if _folder(module) in KFORGE_SIDE and _folder(target) == "child"]
+
+
+def test_kforge_s_own_process_imports_nothing_of_the_child():
+    """The folders match the processes: parent/ and verdict/ run in kforge, child/ beside candidate code. What
+    both need (call labels, the timing method's figures, the protocol, the build tools) lives outside child/, so
+    kforge's process never loads a module written to run beside candidate code."""
+    found = _into_the_child(evaluator_graph())
+    assert not found, "\n".join(found)
+
+
+def test_the_child_rule_fails_on_an_injected_import(tmp_path):
+    """A rule that reads no import cannot fail: each way a module can name the child, read from source as the rule
+    reads it (at module level and in a function), is caught in a parent or verdict module, not in a child one."""
+    forms = ["from evaluator.child.timing import bench", "from evaluator.child import trials",
+             "import evaluator.child.comparer", "from evaluator import child",
+             "def late():\n    from evaluator.child.trials import rep_seed"]
+    for n, form in enumerate(forms):
+        (tmp_path / f"m{n}.py").write_text(form + "\n")
+        imported = _evaluator_imports(tmp_path / f"m{n}.py")
+        for module, caught in [("evaluator.parent.injected", True), ("evaluator.verdict.injected", True),
+                               ("evaluator.child.injected", False)]:
+            assert bool(_into_the_child({module: imported})) is caught, (form, module)
 
 
 def test_no_evaluator_module_imports_itself_back():

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from evaluator.child import audit_rules
-from evaluator.parent.audit import TRIVIALS, audit_problem
+from evaluator.child.audit_rules import TRIVIALS
+from evaluator.parent.audit import audit_problem
 from reference_problems import list_problems
 from reference_problems.registry import PROBLEM_DIR
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch.utils.cpp_extension as cpp_extension
 
-from evaluator.child import lean_headers
+from evaluator.build import lean_headers
 from evaluator.child.loading import build_steps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def test_the_lean_header_holds_each_operator_called_and_no_other():
 _LOAD = """
 import json, os, sys
 import torch.utils.cpp_extension as cpp_extension
-from evaluator.child import lean_headers, nvcc_driver, precompiled
+from evaluator.build import lean_headers, nvcc_driver, precompiled
 cpp_extension.CUDA_HOME = cpp_extension.CUDA_HOME or os.environ["CUDA_HOME"]  # a CPU torch: nvcc builds the .cu object
 binding = json.loads(sys.argv[3])
 if binding:  # the binding's header as the parent publishes it, and the wrapper as a child installs it (evaluator/child/main.py)

@@ -1,4 +1,4 @@
-"""The nvcc driver (evaluator/child/nvcc_driver.py) against nvcc itself, on real sources: the same object, the same
+"""The nvcc driver (evaluator/build/nvcc_driver.py) against nvcc itself, on real sources: the same object, the same
 errors and exit status, and nvcc's own run for a command shape the driver does not know."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluator.child import nvcc_driver
+from evaluator.build import nvcc_driver
 from tests.test_lean_headers import needs_nvcc
 
 DRIVER = Path(nvcc_driver.__file__)

@@ -19,13 +19,13 @@ import pytest
 from conftest import CANDIDATES, SOLUTIONS, kforge_runner
 from evaluator import CandidateJob, EvalSettings, Status, evaluate
 from evaluator.sandbox import cgroups
-from evaluator.parent.batch import COMPILE_NICE
+from evaluator.parent.batch import COMPILE_NICE, cpu_cores
 from evaluator.contracts import Evidence, TimingReport
 from evaluator.verdict.case import Case, Outcome, Reference
 from evaluator.verdict.speed import check_pairing, check_timing, pooled
 from evaluator.verdict.pacing import MIN_PAIRS, Pacer, Paired
 from evaluator.sandbox.results import ChildResult
-from evaluator.child.timing import Pace, bench, cpu_cores
+from evaluator.child.timing import Pace, bench
 from evaluator.statistics import paired_ratio, pooled_ratio, summarize
 from reference_problems import resolve_problem
 
@@ -290,7 +290,7 @@ class ModelNew(torch.nn.Module):
 @pytest.mark.skipif("[never]" in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text(),
                     reason="transparent huge pages are off on this machine")
 def test_cpu_children_back_their_heap_with_huge_pages(cpu_settings, tmp_path):
-    """Which 4 KB pages a process got moved its timings by up to 20 % (timing.CPU_CHILD_ENV): a CPU child's heap
+    """Which 4 KB pages a process got moved its timings by up to 20 % (batch.CPU_CHILD_ENV): a CPU child's heap
     comes in 2 MB pages. The candidate reports its own process's huge pages through its error."""
     (tmp_path / "probe.py").write_text(HUGE_PAGES_PROBE)
     (verdict,) = evaluate([CandidateJob(path=tmp_path / "probe.py", problem=resolve_problem("relu"))], cpu_settings)

@@ -1,4 +1,4 @@
-"""kforge's precompiled torch/extension.h (evaluator/child/precompiled.py): which builds get it, that a real compile
+"""kforge's precompiled torch/extension.h (evaluator/build/precompiled.py): which builds get it, that a real compile
 through the evaluator uses it, and that a .gch built with other flags is ignored without breaking the build."""
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import torch.utils.cpp_extension as cpp_extension
 
 from conftest import COMPILED_RELU, SOLUTIONS
 from evaluator import CandidateJob, EvalSettings, Status, Verdict, evaluate
-from evaluator.child import precompiled
+from evaluator.build import precompiled
 from evaluator.parent.batch import build_key
 from reference_problems import resolve_problem
 
 # The fused CPU solution as it would be if it included torch/torch.h: its main.cpp then needs torch's full
-# headers (evaluator/child/lean_headers.py), so it is built with the precompiled one.
+# headers (evaluator/build/lean_headers.py), so it is built with the precompiled one.
 FUSED_FULL = (SOLUTIONS / "scale_bias_hardswish" / "cpu_fused_o3.py").read_text().replace(
     "#include <torch/extension.h>", "#include <torch/torch.h>").replace("kforge_cpu_fused_o3", "kforge_pch_fused")
 

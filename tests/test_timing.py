@@ -92,7 +92,8 @@ def _small_relu():
 
 
 def test_fresh_inputs_are_new_values_in_the_same_tensors():
-    from evaluator.child.trials import FreshInputs, make_inputs, rep_seed, timed_rep
+    from evaluator.child.trials import FreshInputs, make_inputs, rep_seed
+    from evaluator.labels import timed_rep
 
     problem = _small_relu()
     inputs = make_inputs(problem, 7, "cpu")

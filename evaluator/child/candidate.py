@@ -11,6 +11,7 @@ import torch
 from evaluator import hardware
 from evaluator.child import forward_server, leaks, stages, timing, trials, watches
 from evaluator.protocol import CandidateRequest, Check, Go, LeakMark, Leaks, Outputs, Pace, Probe, Rep, Stage, Trials
+from evaluator.timing_method import ROUND
 
 
 _SNAPSHOT_SHARE = 0.1  # of the device's memory: what a kept snapshot may take (6.4 GB outputs: one)
@@ -31,7 +32,7 @@ class _Keeper:
     timing core) timed an identical candidate at 0.87x its reference with a core hogged. The snapshot of
     every rep that may be the last is kept (each replacing the one before) and handed over after timing: a
     candidate that goes wrong at the end is seen too. Snapshots wait only while they fit `budget` bytes
-    together, and at most a round's worth (timing.ROUND) where no round is paced; outputs larger than that are
+    together, and at most a round's worth (ROUND) where no round is paced; outputs larger than that are
     handed over as they are, never copied (a copy beside a 6.4 GB output ran an H100 out of memory)."""
 
     def __init__(self, ask, save, label, budget: int):
@@ -49,7 +50,7 @@ class _Keeper:
         kept = Kept(trials.snapshot(tensors) if copied else tensors, seen)
         self.told.append((i, self.label(), kept))
         self.least = least
-        if checkpoint or not copied or len(self.told) >= timing.ROUND or (len(self.told) + 1) * size > self.budget:
+        if checkpoint or not copied or len(self.told) >= ROUND or (len(self.told) + 1) * size > self.budget:
             self._answered()
         if checkpoint and copied:
             self.last = {self.label(): kept}

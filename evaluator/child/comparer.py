@@ -17,7 +17,9 @@ from evaluator.child import audit_rules, ipc, timing, trials
 from evaluator.child.cuda_fills import CudaFills
 from evaluator.child.fills import Fills
 from evaluator.child.correctness import Comparison, judge_outputs, layout, load_outputs
+from evaluator.labels import TIMED, timed_rep
 from evaluator.protocol import COMPARER_OP, Audit, Audited, Block, Close, Compare, Compared, Fill, Forget, StopClock, TimeBlock
+from evaluator.timing_method import lattice_steps
 
 class Expected:
     """The reference's outputs per label: resident while they fit in `budget` bytes, else recomputed. A timed
@@ -55,7 +57,7 @@ class Expected:
     def inputs(self, label: str) -> list:
         """A label's inputs. A timed call's are written into the timer's own tensors (every timed block refills
         them anyway): a second set of a 16 GB input ran the comparer out of memory beside its candidate (benchmarks/giant_memory.py)."""
-        rep = trials.timed_rep(label)
+        rep = timed_rep(label)
         if rep is not None and self.timed is not None:
             self.timed.fill(rep)
             return self.timed.inputs
@@ -63,14 +65,14 @@ class Expected:
 
     def seed_of(self, label: str) -> int:
         """The seed of a call's inputs: a trial's or the verify call's own, a timed call's from the timing seed."""
-        rep = trials.timed_rep(label)
+        rep = timed_rep(label)
         return self.seeds[label] if rep is None else trials.rep_seed(self.seeds["timing"], rep)
 
     def others(self, label: str) -> list[str]:
         """What a mismatching output may be instead: every other call the reference ran, and for a timed call
         the call before it (a result that lags one call behind)."""
-        rep = trials.timed_rep(label)
-        return [other for other in self.meta if other != label] + ([f"{trials.TIMED}{rep - 1}"] if rep else [])
+        rep = timed_rep(label)
+        return [other for other in self.meta if other != label] + ([f"{TIMED}{rep - 1}"] if rep else [])
 
 
 def _received(request: Compare, opened: ipc.Opened) -> list:
@@ -101,7 +103,7 @@ def _unseen(meta: dict, t: torch.Tensor) -> tuple[list[int], list[int], torch.Te
         raise ValueError("a timed call's output came without what its timed window read of it")
     start, step, raw = seen.get("start"), seen.get("step"), bytes.fromhex(str(seen.get("bytes", "")))
     shape = tuple(t.shape)
-    if not isinstance(start, list) or list(step or []) != list(timing.lattice_steps(shape)) or len(start) != len(shape) \
+    if not isinstance(start, list) or list(step or []) != list(lattice_steps(shape)) or len(start) != len(shape) \
             or not all(isinstance(a, int) and 0 <= a < b for a, b in zip(start, step)):
         raise ValueError(f"what the timed window read is described as {seen.get('start')} by {seen.get('step')}, not "
                          f"the harness's lattice of a {list(shape)} output")
@@ -181,7 +183,7 @@ class Comparer:
         opened, got = ipc.Opened(), []
         try:
             got = self.fills.take(request.kept, request.label) if request.kept and self.fills else _received(request, opened)
-            if trials.timed_rep(request.expected) is not None and (moved := late(request.outputs, got, self.expected.device)):
+            if timed_rep(request.expected) is not None and (moved := late(request.outputs, got, self.expected.device)):
                 return Compared(which=request.label, late=moved)
             result = self._against(got, request.outputs, request.expected, request.trial)
             stale = ""

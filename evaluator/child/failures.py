@@ -8,13 +8,9 @@ import resource
 
 import torch
 
+from evaluator.protocol import KforgeFailure
+
 WRITE = "write of the outputs for the comparer"
-
-
-class KforgeFailure(RuntimeError):
-    """kforge's own work in the child ran out of memory or could not write (a copy of the outputs, their handoff,
-    a checksum), not the candidate's code. The parent holds it as kforge's failure once the candidate's trials
-    passed (evaluator/verdict/rules.py): the child's word alone never turns a failure into one of kforge's."""
 
 
 def _out_of_memory(exc: BaseException) -> bool:

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from evaluator import hardware, languages
-from evaluator.child import (candidate, forward_server, guard, introspect, lean_headers, loading, nvcc_driver,
-                             precompiled, reference, stages, trials, watches)
+from evaluator.build import lean_headers, nvcc_driver, precompiled
+from evaluator.child import candidate, forward_server, guard, introspect, loading, reference, stages, trials, watches
 from evaluator.protocol import (CandidateRequest, Cheat, Compiled, Done, Env, Error, IntrospectRequest, Loaded,
                                 Profiled, ProfileRequest, ReferenceRequest, Request, ServeRequest, Stage, WARM_GPU,
                                 read_request)

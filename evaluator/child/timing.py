@@ -3,45 +3,27 @@
 from __future__ import annotations
 
 import ctypes
-import functools
 import math
 import os
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import torch
 
 from evaluator.child.guard import trusted
 from evaluator.statistics import samples_tight
+from evaluator.timing_method import CPU_FLUSH_BYTES, L2_FLUSH_BYTES, ROUND, lattice_steps
 
 _T = torch._C.TensorBase  # the harness's own tensor reads: methods a subclass or a patch cannot replace
 
-_L2_FLUSH_BYTES = 256 * 2**20  # larger than any current GPU's L2 (H100: 50 MB, H200: 60 MB)
-ROUND, _MIN_FOR_INTERVAL = 10, 20  # reps between looks at the median's interval; reps before the first look
+_MIN_FOR_INTERVAL = 20  # reps before the first look at the median's interval (then one each ROUND reps)
 _PAIRS = 10  # paced: rounds are made small enough that the reps budget holds at least this many
 # A paced round on CUDA is at most 5 reps: events time each call to the microsecond and a quiet GPU's paired
 # ratios agree to 0.1 %, so 6 pairs of 5 settle what 10 of 10 did; the whole of level 1 warm spent 1.4 s of each
 # candidate's 4.2 s on the H100 in those rounds. On CPU the scheduler's noise keeps rounds of 10.
 _CUDA_ROUND = 5
-# CPU children's malloc backs its heap with 2 MB pages (transparent huge pages, madvised; a no-op where THP is
-# off). Which 4 KB physical pages a process got decided where its tensors fell in the caches, and so its speed:
-# the same work timed 0.79-1.18x between fresh process pairs with 4 KB pages, 0.93-1.11x with 2 MB pages.
-CPU_CHILD_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
-
-
-def cpu_cores(threads: int, allowed: set[int]) -> tuple[set[int], set[int]]:
-    """(timing cores, the others) on CPU: the last `threads` of the cores kforge may use time every reference and
-    candidate; kforge's other children (compiles, of every submitter) run on the rest. The same work timed on
-    two cores of this VM by two fresh processes measured 0.73-1.38x; on one core, 0.92-1.07x. Where no core is
-    left over, the others share them."""
-    ordered = sorted(allowed)
-    timed = set(ordered[-threads:])
-    return timed, (set(ordered) - timed) or timed
-
-
 _ESTIMATE_MS = 100.0  # measured calls of the estimate stop once they add up to this, at least 2 of them
 
 
@@ -143,22 +125,6 @@ def touch(out) -> None:
             bytes(memoryview((ctypes.c_char * span).from_address(_T.data_ptr(t))).cast("B")[::_PAGE])
 
 
-_GLIMPSED = 1024  # elements read per output by glimpse: a share f of the work left undone is missed with (1-f)**1024
-
-
-@functools.lru_cache(maxsize=64)
-def lattice_steps(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Per-dimension steps that cut about _GLIMPSED elements out of a tensor of `shape`, spread over every
-    dimension (the longest is halved first)."""
-    counts = [1] * len(shape)
-    while counts and math.prod(counts) < _GLIMPSED:
-        d = max(range(len(shape)), key=lambda i: shape[i] / counts[i])
-        if counts[d] >= shape[d]:
-            break
-        counts[d] = min(shape[d], counts[d] * 2)
-    return tuple(max(1, n // c) for n, c in zip(shape, counts))
-
-
 @dataclass
 class Glimpse:
     """Elements of one output read inside its timed window: those at start + k * step along each dimension
@@ -195,7 +161,7 @@ def lattice_of(t: torch.Tensor, start: tuple[int, ...] | list[int], step: tuple[
 
 
 def glimpse(out, device: str) -> list[Glimpse | None]:
-    """About _GLIMPSED elements of every plain, non-empty output on `device`, copied inside the timed window on
+    """About 1024 elements of every plain, non-empty output on `device`, copied inside the timed window on
     both sides: one small gather each (stream-ordered after the call on CUDA), at places drawn only now. The
     comparer holds the call's snapshot to them, so work done after the timer stopped and before the snapshot
     (kernels a thread, a hook or a garbage-collector callback queues past the end event; on CPU a fill too cheap
@@ -225,21 +191,6 @@ def _ignore(*_args) -> None:
     return None
 
 
-def _largest_cpu_cache() -> int:
-    """Bytes of this CPU's largest cache (sysfs: "32768K"), 32 MiB where none is listed."""
-    sizes = []
-    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = entry.read_text().strip().upper()
-        unit = {"K": 2**10, "M": 2**20}.get(text[-1:], 1)
-        digits = text.rstrip("KM")
-        if digits.isdigit():
-            sizes.append(int(digits) * unit)
-    return max(sizes, default=32 * 2**20)
-
-
-CPU_FLUSH_BYTES = 2 * _largest_cpu_cache()
-
-
 def cpu_flush_buffer() -> torch.Tensor:
     """What is written before every timed call on CPU (twice the largest cache), so that every call starts from
     the same cold caches whatever ran before it. Without it, two processes taking turns on one core with the
@@ -250,7 +201,7 @@ def cpu_flush_buffer() -> torch.Tensor:
 
 def flush_buffer(device: str, flush_l2: bool = True) -> torch.Tensor | None:
     """What is zeroed before every timed call on CUDA to evict L2 (None on CPU)."""
-    return torch.empty(_L2_FLUSH_BYTES if flush_l2 else 0, dtype=torch.int8, device="cuda") if device == "cuda" else None
+    return torch.empty(L2_FLUSH_BYTES if flush_l2 else 0, dtype=torch.int8, device="cuda") if device == "cuda" else None
 
 
 def _round(fn: Callable, device: str, first: int, n: int, flush: torch.Tensor | None, least: int, on_rep: Callable,
@@ -338,15 +289,3 @@ def bench(fn: Callable, device: str, warmup_ms: float, rep_ms: float, min_reps: 
     if pace is not None and last:  # the last round, not yet told: its pair may still be owed
         pace(Pace(len(samples), 0, last, least))
     return samples
-
-
-def method_name(device: str) -> str:
-    return "cuda_events+l2_flush+host_hold" if device == "cuda" else "perf_counter"
-
-
-def flush_policy(device: str) -> str:
-    if device == "cuda":
-        return f"{_L2_FLUSH_BYTES // 2**20} MiB zeroed before every timed call"
-    return f"{CPU_FLUSH_BYTES // 2**20} MiB written before every timed call (twice the largest CPU cache)"
-
-

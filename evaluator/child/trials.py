@@ -19,9 +19,9 @@ import torch
 from evaluator.child import ipc, timing
 from evaluator.child.failures import WRITE, own
 from evaluator.child.guard import trusted
+from evaluator.labels import OUTPUT_SUFFIX, TIMED
 
 _T = torch._C.TensorBase
-OUTPUT_SUFFIX = ".out"  # raw bytes (CPU runs), read back by evaluator.child.correctness.load_outputs in the comparer
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}  # KernelBench's precisions
 # This child's precision: set once from its request (set_precision) before any problem or candidate code runs;
@@ -301,19 +301,10 @@ def refill(inputs: list, problem: ModuleType, seed: int, device: str) -> None:
         inputs[:] = fresh
 
 
-TIMED = "timed_"  # label prefix of a timed call's outputs: "timed_<rep>"
-
-
 def rep_seed(seed: int, rep: int) -> int:
     """The seed of timed call `rep`'s inputs, derived from the batch's secret timing seed: every call gets new
     values, and the comparer recomputes any timed call's expected outputs from its label alone."""
     return int.from_bytes(hashlib.blake2b(f"{seed}:{rep}".encode(), digest_size=4).digest(), "big") >> 1
-
-
-def timed_rep(label: str) -> int | None:
-    """The rep of a timed call's label, None for any other label."""
-    rest = label.removeprefix(TIMED)
-    return int(rest) if rest != label and rest.lstrip("-").isdigit() else None
 
 
 class FreshInputs:

@@ -11,13 +11,12 @@ import shutil
 
 from pydantic import BaseModel
 
-from evaluator.child.audit_rules import TRIVIALS
 from evaluator.contracts import EvalSettings
 from evaluator.parent.references import ReferenceServer
 from evaluator.parent.batch import Batch
 from reference_problems import Problem
 
-__all__ = ["TRIVIALS", "AuditFinding", "audit_problem"]
+__all__ = ["AuditFinding", "audit_problem"]
 
 
 class AuditFinding(BaseModel):

@@ -2,7 +2,7 @@
 plant a library or a precompiled header there for a later candidate.
 
 Layout: `<root>/<key>/` a published build (the key covers source, torch, CUDA, arch and Python); `<root>/pch/<v>/`
-precompiled torch headers (evaluator/child/precompiled.py); `<root>/outcomes/` how each key's compile ended (runner.py).
+precompiled torch headers (evaluator/build/precompiled.py); `<root>/outcomes/` how each key's compile ended (runner.py).
 
 - Children see the cache through a private overlay (jail.py, layer `cache`) at its own path, so a build's
   absolute paths (in build.ninja) are the same in the compile child, the candidate child and any later batch:
@@ -31,10 +31,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from evaluator.child import precompiled
+from evaluator.build import precompiled
 from evaluator.diagnose import first_error
 from evaluator.sandbox.results import ChildResult, open_regular
-from evaluator.child.precompiled import Variant
+from evaluator.build.precompiled import Variant
 
 MAX_BUILDS_PER_COMPILE = 2
 MAX_VARIANTS = 6  # .gch files kept per build root (~0.8 GB each)

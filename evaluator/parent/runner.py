@@ -31,7 +31,7 @@ from evaluator.parent.trusted_timing import REFERENCE, TrustedTiming
 from evaluator.parent.stream import Arrivals, JobStream
 from evaluator.sandbox.results import Budget, ChildResult
 from evaluator.sandbox.spawn import Child
-from evaluator.child.trials import OUTPUT_SUFFIX, timed_rep
+from evaluator.labels import OUTPUT_SUFFIX, timed_rep
 from evaluator.parent.verdicts import Ran, judged
 
 _log = logging.getLogger(__name__)

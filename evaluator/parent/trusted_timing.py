@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evaluator import exchange
-from evaluator.child.timing import ROUND
-from evaluator.child.trials import TIMED
+from evaluator.labels import TIMED
 from evaluator.parent import server_reads as reads
 from evaluator.parent.server_reads import Stalled
 from evaluator.protocol import Arm, Fill, Forget, StopClock, Timing
 from evaluator.sandbox import memory
 from evaluator.sandbox.cgroups import FreezeIncomplete
+from evaluator.timing_method import ROUND
 from evaluator.verdict.checks import CHECKED
 from evaluator.verdict.pacing import Paired
 

@@ -313,7 +313,7 @@ def for_child(processes: int, memory_mb: int) -> tuple[Cgroup | None, str]:
 
 
 # Processes a compile keeps busy: ninja builds main.cpp beside the extension's other sources; a .cu also runs
-# cudafe++ beside cicc (child/nvcc_driver.py). On an H100 host 8 CUDA compiles at once on 16 cores left each
+# cudafe++ beside cicc (build/nvcc_driver.py). On an H100 host 8 CUDA compiles at once on 16 cores left each
 # 13 s (CPU-bound: ~17 CPU-s of compilers each, benchmarks/kernelbench_throughput.py).
 CORES_PER_COMPILE = {"cpu": 2, "cuda": 3}
 

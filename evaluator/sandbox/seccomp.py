@@ -28,7 +28,7 @@ _BY_PID = {"kill": 62, "rt_sigqueueinfo": 129, "tgkill": 234, "rt_tgsigqueueinfo
 _SOCKET, _CONNECT, _SENDTO = 41, 42, 44
 # sendmsg/sendmmsg may carry an address where the filter cannot read it; io_uring could make and connect sockets
 # behind the filter's back. sched_setaffinity: on CPU a candidate is timed on the core its reference is timed on
-# (timing.cpu_cores) and may not move to a quieter one. The priority calls: a compile runs below the children that
+# (batch.cpu_cores) and may not move to a quieter one. The priority calls: a compile runs below the children that
 # hold a GPU (batch.COMPILE_NICE) and no child may raise itself above them, nor take a real-time class.
 _REFUSED = {"sendmsg": 46, "sendmmsg": 307, "io_uring_setup": 425, "sched_setaffinity": 203, "setpriority": 141,
             "sched_setparam": 142, "sched_setscheduler": 144, "sched_setattr": 314}

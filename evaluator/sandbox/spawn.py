@@ -99,7 +99,7 @@ TRITON_ON_CPU = {"TRITON_INTERPRET": "1"}
 _refusals: set[str] = set()
 # Read by the C library, the loader or an import only when a process starts, which a forked child does not: a child
 # whose environment sets one starts as its own interpreter (CPU timing children's malloc tunables,
-# timing.CPU_CHILD_ENV; Triton's interpreter, TRITON_ON_CPU).
+# batch.CPU_CHILD_ENV; Triton's interpreter, TRITON_ON_CPU).
 _AT_EXEC = ("GLIBC_TUNABLES", "LD_PRELOAD", "MALLOC_ARENA_MAX", *TRITON_ON_CPU)
 
 
@@ -130,7 +130,7 @@ def prepare_child(limits: Limits, cap_address_space: bool, cores: set[int] | Non
     writes at most at the disk quota (Python then gets EFBIG); RLIMIT_NPROC would not bind root. SIGINT is the
     polite stop (Python turns it into KeyboardInterrupt, and torch's build then removes its lock file), so it must
     not be inherited as ignored; the child gets it too if kforge itself dies. `cores`: where it and every thread
-    and process it starts run (timing.cpu_cores); `nice`: how far they yield the CPU to kforge's other children."""
+    and process it starts run (batch.cpu_cores); `nice`: how far they yield the CPU to kforge's other children."""
     if cores:
         os.sched_setaffinity(0, cores)
     cgroups.lower_priority(nice)

@@ -7,14 +7,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from evaluator.child.timing import method_name
-from evaluator.child.trials import timed_rep
 from evaluator.contracts import EvalSettings, Evidence, Mismatch, Status, TimingStats
+from evaluator.labels import timed_rep
 from evaluator.languages import Language
 from evaluator.protocol import Compared, Timing
 from evaluator.sandbox.gpumemory import ProcessMemory
 from evaluator.sandbox.results import ChildResult
 from evaluator.statistics import summarize
+from evaluator.timing_method import method_name
 from evaluator.verdict.checks import Checks
 from evaluator.verdict.pacing import Paired
 from reference_problems import ProblemMeta

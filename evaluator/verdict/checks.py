@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from evaluator.labels import TIMED
 from evaluator.protocol import Check, Rep, misfits
-from evaluator.child.timing import ROUND
-from evaluator.child.trials import TIMED
+from evaluator.timing_method import ROUND
 
 # Timed calls compared, on average, among the reps sure to run (`least`); past them each rep's odds fall as
 # CHECKED / (rep + 1), so a loop paced on to ten times `least` compares ~3.3x as many, not ten times as many, and

@@ -24,7 +24,7 @@ from evaluator.sandbox.cgroups import FreezeIncomplete
 from evaluator.statistics import paired_ratio, tight
 
 MIN_PAIRS = 6  # pairs before the ratio's interval may stop the rounds: the fewest whose extremes are a 95 % interval
-MAX_ROUND = 10  # reps of one round (timing.ROUND): a pace asking for more was not written by the harness
+MAX_ROUND = 10  # reps of one round (timing_method.ROUND): a pace asking for more was not written by the harness
 
 TimeBlock = Callable[[int, int], "list[float] | str"]  # (first rep, reps) -> the reference's samples, or why not
 

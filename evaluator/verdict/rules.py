@@ -13,14 +13,13 @@ import signal
 
 from evaluator import diagnose
 from evaluator.contracts import EvalSettings, Evidence, Status
+from evaluator.labels import timed_rep
 from evaluator.languages import Language
-from evaluator.protocol import Cheat, Error, Kernels, Leaks, Probe, Trials
+from evaluator.protocol import Cheat, Error, KforgeFailure, Kernels, Leaks, Probe, Trials
 from evaluator.sandbox.gpumemory import MARKS, ProcessMemory
 from evaluator.sandbox.results import ChildResult
 from evaluator.statistics import summarize
-from evaluator.child.timing import method_name
-from evaluator.child.failures import KforgeFailure
-from evaluator.child.trials import timed_rep
+from evaluator.timing_method import method_name
 from evaluator.verdict.case import Case, Outcome, Reference, answers, cheat, harness_call
 from evaluator.verdict.checks import Checks
 from evaluator.verdict.pacing import Paired

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import statistics
 
-from evaluator.child.timing import flush_policy, method_name
-from evaluator.child.trials import timed_rep
 from evaluator.contracts import EvalSettings, SpeedOfLight, Status, TimingReport
 from evaluator.hardware import cpu_peak, device_name, peak
+from evaluator.labels import timed_rep
 from evaluator.protocol import Probe
 from evaluator.statistics import pooled_ratio, ratio_interval, summarize
+from evaluator.timing_method import flush_policy, method_name
 from evaluator.verdict.case import Case, Outcome, Reference, cheat
 from evaluator.verdict.pacing import Paired
 from evaluator.verdict.speed_of_light import FACTOR, Floor, floor, impossible

@@ -56,6 +56,6 @@ def prebuild(build_root: Path, module: str) -> None:
     scratch = build_root / ".prebuild"
     scratch.mkdir(parents=True, exist_ok=True)
     (build_root / "pch").mkdir(exist_ok=True)
-    code = f"from evaluator.child.precompiled import Headers; Headers({str(build_root)!r}).install(); import {module}"
+    code = f"from evaluator.build.precompiled import Headers; Headers({str(build_root)!r}).install(); import {module}"
     subprocess.run([sys.executable, "-c", code], cwd=scratch, env=scrubbed_env(scratch, scratch, "prebuild"),
                    check=True, timeout=900)

@@ -38,7 +38,9 @@ _PHASE = {"preprocess host": "gcc (preprocessing 4)", "cudafe++": "cudafe++", "p
           "cicc": "cicc", "ptxas": "ptxas", "fatbinary": "fatbinary", "compile host": "gcc (compiling)"}
 _ASSIGNMENT = re.compile(r"^([A-Za-z_]\w*)=(.*)$")
 _MODULE_ID = re.compile(r'--module_id_file_name ("[^"]*"|\S+)')
-VERSION = "side-by-side-1"  # part of the build cache's key (evaluator/parent/batch.py)
+# part of the build cache's key (evaluator/parent/batch.py): each build.ninja names this file (_COMMAND), so moving
+# it makes another build (the old key's build.ninja would have ninja rebuild in the candidate child)
+VERSION = "side-by-side-2"
 _OWN_ID = ".cicc"  # suffix of the id file cicc writes for itself
 _COMMAND = f"{shlex.quote(sys.executable)} -I {shlex.quote(os.path.abspath(__file__))}"
 

@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 import torch.utils.cpp_extension as cpp_extension
 
-from evaluator.child import lean_headers
+from evaluator.build import lean_headers
 from evaluator.static import parse
 
 HEADER = "torch/extension.h"
