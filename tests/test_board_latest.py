@@ -60,7 +60,7 @@ def test_bests_stored_before_are_chosen_again_by_latest_verdicts(sqlite_url):
     engine = create_engine(sqlite_url)
     with engine.begin() as conn:  # the older revision, and the best it would have kept
         conn.execute(text("UPDATE evaluation_tallies SET best_id = :id WHERE status = 'correct'"), {"id": honest})
-        for later in ("job_clients", "jobs"):  # what revisions after it made
+        for later in ("generation_reuses", "job_clients", "jobs"):  # what revisions after it made
             conn.execute(text(f"DROP TABLE {later}"))
         conn.execute(text("UPDATE alembic_version SET version_num = '0005'"))
     engine.dispose()
