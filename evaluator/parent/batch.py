@@ -44,6 +44,11 @@ BESIDE_SHARE = 0.75  # of device memory: in use, with what a reference beside a 
 # off). Which 4 KB physical pages a process got decided where its tensors fell in the caches, and so its speed:
 # the same work timed 0.79-1.18x between fresh process pairs with 4 KB pages, 0.93-1.11x with 2 MB pages.
 CPU_CHILD_ENV = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+# A comparer's timing stream is held on a host word (child.cuda_fills.Gate) while it queues a call's steps behind
+# it, and a kernel CUDA loads lazily, at its first launch, blocks the launching thread until that stream moves: on
+# the H100 host the comparer's first flush waited on its own gate for good (each call ran into its 27 s budget).
+# Loaded at the process's start instead: 3.0 s more there (0.33 -> 3.37 s), and no launch waits.
+EAGER_LOADING = {"CUDA_MODULE_LOADING": "EAGER"}
 
 
 def cpu_cores(threads: int, allowed: set[int]) -> tuple[set[int], set[int]]:
@@ -187,20 +192,24 @@ class Batch:
 
     def spawn(self, workdir: Path, build_dir: Path, problem: Problem, candidate: Path | None = None,
               on_message: Callable[[dict], dict | None] | None = None, publish: bool = False,
-              gpu: str | None = None, exchange: Path | None = None) -> Child:
+              gpu: str | None = None, exchange: Path | None = None, clocks: bool = False) -> Child:
         """An evaluator child in its jail, started (interpreter and torch load) but not yet given its request. On
         CPU a compile child (`publish`) runs off the timing cores, any other on them (it is spawned once the CPU
         is held, and its reference is timed beside it there). A child timed on CPU is its own interpreter, not
         forked: children forked from one server share its address-space layout, and an identical candidate then
         timed 0.76-1.02x its reference, every time below 1 (benchmarks/cpu_pairing.py); exec'd, 0.94-1.21x around
         1, each process placed at random. A child that will run on `gpu` (its problem's) makes its CUDA context
-        there while it waits (child._warm_cuda), where the leak check reads each candidate's own device memory."""
+        there while it waits (child._warm_cuda), where the leak check reads each candidate's own device memory.
+        `clocks`: a comparer, which on CUDA clocks forward servers behind a held stream and so loads every kernel
+        at its start (EAGER_LOADING)."""
         cpu = self.settings.device == "cpu"
         timed_on_cpu = cpu and not publish
-        warm = {WARM_GPU: gpu} if self._warms and gpu is not None and not publish else None
+        warm = {WARM_GPU: gpu} if self._warms and gpu is not None and not publish else {}
+        if clocks and not cpu and self.trusted_timing():
+            warm |= EAGER_LOADING
         return Child(workdir, build_dir, self.settings.limits, cap_address_space=cpu, stop=self.stop, on_message=on_message,
                      jail=self.jail(workdir, build_dir, problem, candidate, exchange),
-                     env=CPU_CHILD_ENV | self._interpreter(candidate) if timed_on_cpu else warm,
+                     env=CPU_CHILD_ENV | self._interpreter(candidate) if timed_on_cpu else warm or None,
                      cores=self.cores[1 if publish else 0], fork=not timed_on_cpu,
                      idle_s=COMPILER_IDLE_S if publish else None, nice=COMPILE_NICE if publish else 0)
 

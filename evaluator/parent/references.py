@@ -79,7 +79,7 @@ def exchanges(batch: Batch, problem: Problem, gpu: str | None, pair: int = 0) ->
 
 def _spawn(batch: Batch, problem: Problem, gpu: str | None, pair: int = 0) -> Child:
     workdir = _workdir(batch, problem, gpu, pair)
-    return batch.spawn(workdir, workdir / "build", problem, gpu=gpu)
+    return batch.spawn(workdir, workdir / "build", problem, gpu=gpu, clocks=True)
 
 
 class ReferenceServer:
