@@ -26,6 +26,7 @@ from evaluator import exchange
 from evaluator.child import ipc, timing, trials
 from evaluator.child.fills import layout_of
 from evaluator.protocol import StopClock, Clocked
+from evaluator.timing_method import lattice_steps
 
 _T = torch._C.TensorBase
 _WAIT_EQ = 0x1  # CU_STREAM_WAIT_VALUE_EQ
@@ -193,7 +194,7 @@ class CudaFills:
                 if t is None or start is None or not _T.numel(t):
                     lattices.append(None)
                     continue
-                step = timing.lattice_steps(tuple(_T.size(t)))
+                step = lattice_steps(tuple(_T.size(t)))
                 lattices.append((start, step, _T.clone(timing.lattice_of(t, start, step), memory_format=torch.contiguous_format).view(torch.uint8)))
             end = torch.cuda.Event(enable_timing=True)
             end.record(self.stream)
