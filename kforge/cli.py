@@ -200,7 +200,8 @@ def collect(directory: Path, problem: str | None, settings: EvalSettings) -> tup
     for path in paths:
         target = fixed or known.get(path.parent.name) or samples.get(path)
         if target is None:
-            err.print(f"kforge: skipping {path}: folder '{path.parent.name}' is no registered problem (use --problem)")
+            err.print(f"kforge: skipping {path}: folder '{path.parent.name}' is no registered problem (use --problem)",
+                      markup=False, highlight=False, soft_wrap=True)
         elif why := refusal(path, raw := path.read_bytes(), settings):
             refused.append(why)
             err.print(f"kforge: refused {why}", markup=False, highlight=False, soft_wrap=True)
@@ -223,7 +224,7 @@ def refused_summary(refused: list[str]) -> str:
 @friendly
 def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/")], problem: ProblemOpt = None,
                  device: DeviceOpt = None, size: SizeOpt = "auto",
-                 jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1,
+                 jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, metavar="N",
                                                              help="compiles at once (default: sized to the cores and memory)")] = None,
                  rerun: RerunOpt = False, db: DbOpt = None, as_json: JsonOpt = False,
                  compile_baseline: Annotated[bool, typer.Option(help="also time torch.compile(reference)")] = False,
@@ -364,13 +365,23 @@ def show(solution: Annotated[str, typer.Argument(help="solution sha256 (a prefix
         print(json.dumps([r.model_dump(mode="json") for r in rows], indent=1))
         return
     for r in rows:
-        out.rule(Text(f"#{r.id} {r.problem} {Path(r.solution_path or '').name} [{r.solution_sha256[:12]}] on {r.device_name} "
-                      f"({r.size})"), style="dim")  # Text: a [SHA] starting with a letter is no markup tag
+        heading(f"#{r.id} {r.problem} {Path(r.solution_path or '').name} [{r.solution_sha256[:12]}] on {r.device_name} "
+                f"({r.size})")
         out.print(f"status: [bold]{r.status}[/]  speedup: {tables.fmt(r.speedup)}  at {r.created_at:%Y-%m-%d %H:%M}")
         for line in tables.evidence_lines(r.evidence):  # never hard-wrapped: a long line folds at the terminal's edge
             out.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in tables.written_by(database, rows[0].problem, matches[0]):
         out.print(line, markup=False, highlight=False)
+
+
+def heading(title: str) -> None:
+    """A verdict's header: a rule with the title in it where it fits, else a rule and the title under it, wrapped
+    at words (a rule would cut it). Text: a [SHA] starting with a letter is no markup tag."""
+    if len(title) + 4 <= out.width:
+        out.rule(Text(title), style="dim")
+    else:
+        out.rule(style="dim")
+        out.print(Text(title))
 
 
 _LAZY = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}

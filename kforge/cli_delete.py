@@ -73,8 +73,9 @@ def delete(solution: Annotated[str, typer.Argument(help="solution sha256 (a pref
 
 
 @friendly
-def prune(status: Annotated[Optional[list[str]], typer.Option("--status", help="instead: the solutions whose every "
-                                                              "verdict has this status (repeatable)")] = None,
+def prune(status: Annotated[Optional[list[str]], typer.Option("--status", metavar="STATUS", help="instead: the "
+                                                              "solutions whose every verdict has this status "
+                                                              "(repeatable)")] = None,
           problem: Annotated[Optional[str], typer.Option("--problem", "-p", help="only this problem's solutions")] = None,
           dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would go; delete nothing")] = False,
           db: DbOpt = None) -> None:

@@ -48,7 +48,8 @@ def export(file: Annotated[Optional[Path], typer.Option("--jsonl", help="file to
     else:
         with paths.writing(option, target), target.open("w") as fh:
             counts = write(database, fh)
-    err.print("exported " + ", ".join(f"{n} {kind}s" for kind, n in counts.items()) if counts else "nothing to export")
+    said = ", ".join(tally(n, f"{kind}s") for kind, n in counts.items())
+    err.print(f"exported {said}" if counts else "nothing to export")
 
 
 @friendly
@@ -67,7 +68,13 @@ def import_(file: Annotated[Path, typer.Argument(help="a `kforge export --jsonl`
     if as_json:
         print(json.dumps(dict(counts)))
     else:
-        out.print(", ".join(f"{n} {what}" for what, n in sorted(counts.items())) or "nothing to import")
+        out.print(", ".join(tally(n, what) for what, n in counts.items()) or "nothing to import")
+
+
+def tally(n: int, what: str) -> str:
+    """`1 problem added`, `2 problems added`: a count, its noun (the first word of `what`) singular for one."""
+    noun, space, rest = what.partition(" ")
+    return f"{n} {noun.removesuffix('s') if n == 1 else noun}{space}{rest}"
 
 
 @friendly
@@ -78,7 +85,10 @@ def _list_problems(as_json: bool, level: int | None) -> None:
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    out.print(tables.problems(rows, "reference problems"))
+    if rows:
+        out.print(tables.problems(rows, "reference problems"))
+    else:
+        out.print(f"no registered problem of level {level}")
 
 
 @problems_app.callback()

@@ -199,7 +199,7 @@ def spend(rows: list[SpendRow], title: str) -> _AtWidth:
     """LLM spend per problem and model (SpendRow): calls, tokens in and out, dollars, and the calls no price
     covered (so a total never looks complete when it is not)."""
     heads = ("calls", "tok in", "tok out", "USD", "unpriced")
-    cells = [[str(r.calls), str(r.prompt_tokens), str(r.completion_tokens), f"{r.cost_usd:.4f}", str(r.unpriced)]
+    cells = [[str(r.calls), str(r.prompt_tokens), str(r.completion_tokens), usd(r), str(r.unpriced)]
              for r in rows]
 
     def layout(width: int) -> Table:
@@ -212,6 +212,11 @@ def spend(rows: list[SpendRow], title: str) -> _AtWidth:
             table.add_row(name.append("\n" + cap(r.model or "-", room, breaks="/-"), style="dim"), *numbers)
         return table
     return _AtWidth(layout)
+
+
+def usd(row: SpendRow) -> str:
+    """The dollars a row's calls cost; '-' where no price covered any of them (not a cost of 0)."""
+    return "-" if 0 < row.calls == row.unpriced else f"{row.cost_usd:.4f}"
 
 
 def generated(rows: list[dict]) -> _AtWidth:

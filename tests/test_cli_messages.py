@@ -69,3 +69,37 @@ def test_show_prints_a_sha_that_starts_with_a_letter_in_its_header(kforge):
 
 def test_leaderboard_takes_one_of_json_and_csv(kforge):
     assert one_line(kforge("leaderboard", "--csv", "--json", expect=2)) == "--json and --csv: give one"
+
+
+def test_show_names_the_device_of_a_title_too_long_for_its_rule(kforge):
+    long_name = "a_candidate_whose_file_name_takes_up_most_of_a_terminal_line.py"
+    sha = "cd" * 32
+    with Database(kforge.db_url) as db:
+        db.upsert_solution(sha, "relu", "source", path=f"solutions/relu/{long_name}")
+        db.add_evaluation(sha, status="correct", device="cpu", device_name="EPYC", size="small", speedup=1.2)
+    kforge.env["COLUMNS"] = "80"
+    lines = kforge("show", sha[:8]).stdout.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in "".join(lines[:3]), lines
+    assert " ".join(" ".join(lines[1:3]).split()) == f"#2 relu {long_name} [{sha[:12]}] on EPYC (small)", lines
+
+
+def test_evaluate_names_a_folder_with_brackets_as_it_is(kforge, tmp_path):
+    """Rich reads `[/red]` in a path as a closing tag: printed as markup, the path was a traceback."""
+    folder = tmp_path / "sols" / "[" / "red]"
+    folder.mkdir(parents=True)
+    (folder / "fast.py").write_text("class ModelNew:\n    pass\n")
+    kforge.env["COLUMNS"] = "80"
+    said = kforge("evaluate", str(tmp_path / "sols"), "--device", "cpu", expect=2).stderr.splitlines()
+    assert said == [f"kforge: skipping {folder / 'fast.py'}: folder 'red]' is no registered problem (use --problem)",
+                    f"kforge: error: no candidate .py files under {tmp_path / 'sols'}"]
+
+
+def test_problems_of_a_level_with_none_says_so(kforge):
+    assert kforge("problems", "--level", "9").stdout == "no registered problem of level 9\n"
+
+
+def test_export_and_import_count_in_the_file_s_order_and_in_number(kforge, tmp_path):
+    dump = tmp_path / "out.jsonl"
+    assert kforge("export", "--jsonl", str(dump)).stderr == "exported 1 problem, 1 solution, 1 evaluation\n"
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    assert kforge("import", str(dump), "--db", other).stdout == "1 problem added, 1 solution added, 1 evaluation added\n"

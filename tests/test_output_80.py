@@ -71,12 +71,15 @@ def kforge(tmp_path, build_root):
 
 def test_every_help_screen_fits_with_words_whole(tmp_path, build_root):
     """Each option's help, each command's description and each command listed in a group reads whole: no hyphenated
-    word split over two lines, no text squeezed into a narrow column, a short help cut only after a whole word."""
+    word split over two lines, no text squeezed into a narrow column, a short help cut only after a whole word, no
+    option's value named by a Python type."""
     run = _at_80(kforge_runner(tmp_path, build_root))
     commands = _commands()
     assert len(commands) > 15
     for path, command in commands:
         lines = _fits(run(*path, "--help").stdout)
+        typed = re.findall(r"<\w+[ \[][^>]*>", "\n".join(lines))  # a Python type for a metavar: <list[str]>
+        assert not typed, (path, typed)
         texts = [command.help or ""] + [getattr(param, "help", None) or "" for param in command.params]
         cut = sorted({word for text in texts for word in text.split()} - _tokens(lines))
         assert not cut, (path, cut, "\n".join(lines))
@@ -156,6 +159,8 @@ def test_generate_table_names_the_sha_prefix_and_puts_causes_under_it(kforge, tm
     assert answered.split()[2:] == ["cheat", "-", "0", "1", written.stem[:12]], answered
     missing = next(line for line in lines if line.startswith("2 19_ReLU"))
     assert missing.split()[2:] == ["no", "answer", "-", "-", "0", "-"], missing
+    spent = next(line for line in lines if line.startswith("75_conv_"))
+    assert spent.split()[1:] == ["1", "0", "0", "-", "1"], spent  # a replay is priced at nothing: no dollars said
     notes = [line for line in lines if re.match(r"\[[12]\] ", line)]
     assert notes[0].startswith("[1] cheat: ") and notes[1].startswith("[2] turn 0 sample 0: replay has no recording for 19_ReLU")
     assert any(line.startswith("run 1: spend") or "run 1: spend" in line for line in lines)
