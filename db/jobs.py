@@ -95,6 +95,23 @@ class Jobs:
             return [_row(s, job, claim) for job, claim in s.execute(stmt.order_by(Job.id))]
 
     @guarded
+    def open_job_count(self, client: str, board: str) -> int:
+        """How many of the board's jobs are queued or running for this client (its claim not withdrawn): what a
+        limit on a client's open jobs counts, in one query where client_jobs builds every job's row."""
+        stmt = (select(func.count()).select_from(Job).join(JobClient, JobClient.job_id == Job.id)
+                .where(JobClient.client == client, JobClient.cancelled.is_(False), Job.board == board,
+                       Job.state.in_(_OPEN)))
+        with self.session() as s, s.begin():
+            return s.scalar(stmt) or 0
+
+    @guarded
+    def job_state(self, key: str) -> str | None:
+        """The state of the job under `key` (None: there is none), so a caller can tell before enqueue_job whether
+        asking for it would put a job in the queue."""
+        with self.session() as s, s.begin():
+            return s.scalar(select(Job.state).where(Job.key == key))
+
+    @guarded
     def queue_counts(self, board: str) -> dict[str, int]:
         """How many jobs of the board are queued and running."""
         stmt = select(Job.state, func.count()).where(Job.board == board, Job.state.in_(_OPEN)).group_by(Job.state)

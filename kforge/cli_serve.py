@@ -30,7 +30,9 @@ def serve(tokens: TokensOpt, host: HostOpt = "127.0.0.1", port: PortOpt = 8765, 
           batch: Annotated[int, typer.Option(help="queued jobs of one problem judged together")] = 8,
           max_request_kb: Annotated[int, typer.Option(help="largest request body accepted, in KiB")] = 1024,
           rate: Annotated[float, typer.Option(help="requests per second one token may make, on average")] = 20.0,
-          burst: Annotated[int, typer.Option(help="requests one token may make at once")] = 100) -> None:
+          burst: Annotated[int, typer.Option(help="requests one token may make at once")] = 100,
+          max_open_jobs: Annotated[int, typer.Option(help="jobs one token may have queued or running; a submit "
+                                                     "past it is refused (429) until some finish")] = 512) -> None:
     """Serve judging over HTTP: clients with a token submit jobs, read verdicts, see the queue, cancel."""
     try:
         from service.config import ServiceConfig
@@ -40,7 +42,7 @@ def serve(tokens: TokensOpt, host: HostOpt = "127.0.0.1", port: PortOpt = 8765, 
         raise UserError(f"kforge serve needs the serve extra ({exc.name} is missing): pip install -e '.[serve]'") from None
     settings = eval_settings(device, size, backend=backend, precision=precision)
     config = ServiceConfig(host=host, port=port, tokens=tokens, max_request_bytes=max_request_kb * 1024,
-                           rate_per_s=rate, burst=burst, batch=batch,
+                           rate_per_s=rate, burst=burst, max_open_jobs=max_open_jobs, batch=batch,
                            work_dir=work_dir or Path.home() / ".kforge" / "serve")
     log = logging.getLogger("kforge.service")
     log.addHandler(logging.StreamHandler())

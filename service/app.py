@@ -1,6 +1,7 @@
 """The HTTP front: every route but /health needs a client's bearer token and is rate limited per token; a client
-reads and cancels only the jobs it asked for (another's answers 404, as a job that does not exist). Database calls
-run in the thread pool, so a slow write never stalls the event loop; the worker judges in a thread of its own."""
+may have only so many jobs open, and reads and cancels only the jobs it asked for (another's answers 404, as a job
+that does not exist). Database calls run in the thread pool, so a slow write never stalls the event loop; the
+worker judges in a thread of its own."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from evaluator.contracts import EvalSettings, Verdict
 from service.config import ServiceConfig
 from service.contracts import CodeView, JobRequest, JobView, QueueView
 from service.intake import Refused, accept, board_of
-from service.limits import RateLimiter, TooLarge, read_body
+from service.limits import OpenJobLimit, QueueFull, RateLimiter, TooLarge, read_body
 from service.tokens import client_of
 from service.worker import Worker, batch_bound_s
 
@@ -55,6 +56,7 @@ class Service:
         self.database, self.settings, self.config, self.tokens = database, settings, config, tokens
         self.problems_dir = problems_dir
         self.limiter = RateLimiter(config.rate_per_s, config.burst)
+        self.open_jobs = OpenJobLimit(config.max_open_jobs)
         self.worker = Worker(database, settings, config, problems_dir)
 
     def guarded(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -74,13 +76,15 @@ class Service:
         try:
             body = JobRequest.model_validate_json(await read_body(request, self.config.max_request_bytes))
             row, made = await run_in_threadpool(accept, self.database, client, body, self.settings,
-                                                self.config.work_dir, self.problems_dir)
+                                                self.config.work_dir, self.problems_dir, self.open_jobs)
         except TooLarge:
             return error(413, f"request body over {self.config.max_request_bytes} bytes")
         except ValidationError as exc:
             return error(422, "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()))
         except Refused as exc:
             return error(422, str(exc))
+        except QueueFull as exc:  # no Retry-After: it lasts until the client's jobs finish, which no clock says
+            return error(429, str(exc))
         return answer(view(row, made), 201 if made else 200)
 
     async def _own(self, request: Request, client: str, with_source: bool = False) -> JobRow | None:

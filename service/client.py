@@ -17,7 +17,7 @@ from service.contracts import CodeView, JobRequest, JobView, QueueView
 from service.tokens import TokenFileError, read_tokens
 
 CONNECT_S = 5.0  # a server that answers at all accepts a connection at once: an unreachable one is said soon
-RATE_RETRIES = 5  # a 429 is waited out (its Retry-After) this many times before it is the caller's
+RATE_RETRIES = 5  # a rate limit's 429 is waited out (its Retry-After) this many times before it is the caller's
 
 
 class ServiceError(RuntimeError):
@@ -27,6 +27,11 @@ class ServiceError(RuntimeError):
     def __init__(self, why: str, status: int | None = None) -> None:
         super().__init__(f"{status}: {why}" if status else why)
         self.status = status
+
+
+class QueueFull(ServiceError):
+    """The server's open-job limit: this client has as many jobs queued or running as it may. Its 429 has no
+    Retry-After, which the rate limit's has: it lasts until some of the client's jobs finish, not for a time."""
 
 
 def read_token(path: str | Path, client: str | None = None) -> str:
@@ -66,7 +71,7 @@ class ServiceClient:
         """The server's answer, a rate limit's 429 waited out (a batch of jobs may pass the burst)."""
         reply = self._request(method, url, **kw)
         for _ in range(RATE_RETRIES):
-            if reply.status_code != 429:
+            if reply.status_code != 429 or "Retry-After" not in reply.headers:
                 break
             time.sleep(float(reply.headers.get("Retry-After", 1)))
             reply = self._request(method, url, **kw)
@@ -85,7 +90,7 @@ class ServiceClient:
     def _call(self, method: str, url: str, **kw) -> dict:
         reply = self._send(method, url, **kw)
         if reply.is_error:
-            raise ServiceError(_why(reply), reply.status_code)
+            raise _refusal(reply)
         try:
             return reply.json()
         except ValueError:
@@ -134,6 +139,13 @@ class ServiceClient:
             raise self._unreachable(exc) from None
 
 
+def _refusal(reply: httpx.Response) -> ServiceError:
+    """The error a refused request raises: QueueFull for the open-job limit (a 429 without Retry-After), so a
+    caller can wait for its jobs rather than fail."""
+    full = reply.status_code == 429 and "Retry-After" not in reply.headers
+    return (QueueFull if full else ServiceError)(_why(reply), reply.status_code)
+
+
 def _why(reply: httpx.Response) -> str:
     try:
         return json.loads(reply.content)["error"]
@@ -164,8 +176,10 @@ class RemoteBackend:
     server's tokens format; client= picks a line). One call's pairs are submitted as jobs (identical pairs as one),
     all of them waited for by polling the queue (one request a poll, however many jobs), and answered in the pairs'
     order with the verdicts the server stored. The wait is bounded by the server's own bound on its batches and
-    the jobs' places, so a stalled server is an error, a long queue is not. Code that is no candidate is refused
-    by the server (a 422 ServiceError), where LocalBackend gives it an `invalid` verdict."""
+    the jobs' places, so a stalled server is an error, a long queue is not. A call with more pairs than the
+    server's open-job limit leaves room for is not refused: a trainer's batch is its batch, so each pair past
+    the limit is sent again once one of this client's jobs finishes, that wait bounded the same way. Code that is
+    no candidate is refused by the server (a 422 ServiceError), where LocalBackend gives it an `invalid` verdict."""
 
     def __init__(self, url: str, token: str | None = None, *, token_file: str | Path | None = None,
                  client: str | None = None, poll_s: float = 1.0) -> None:
@@ -179,23 +193,38 @@ class RemoteBackend:
 
     def judge(self, pairs: list[Pair]) -> list[Judgment]:
         keys = [(pair.problem, pair.code) for pair in pairs]
-        sent = {key: self.api.submit(key[1], **problem_fields(key[0])) for key in dict.fromkeys(keys)}
+        sent = {key: self._submit(*key) for key in dict.fromkeys(keys)}
         finished = self._finished(list(sent.values()))
         return [_judgment(sent[key], finished[sent[key].id]) for key in keys]
+
+    def _submit(self, problem: str, code: str) -> JobView:
+        """The pair's job, sent again each time one of this client's open jobs finishes while the server says
+        the client is at its open-job limit."""
+        while True:
+            try:
+                return self.api.submit(code, **problem_fields(problem))
+            except QueueFull:
+                queue = self.api.queue()
+                mine = {job.id for job in queue.jobs}
+                self._wait(queue, mine, leaving=min(1, len(mine)))
 
     def _finished(self, jobs: list[JobView]) -> dict[int, JobView]:
         """Every job as it ended, read once it left this client's open jobs."""
         waiting = {job.id for job in jobs if not job.finished}
-        queue = self.api.queue()
+        self._wait(self.api.queue(), waiting, leaving=len(waiting))
+        return {job.id: self.api.job(job.id) if job.id in waiting else job for job in jobs}
+
+    def _wait(self, queue: QueueView, waiting: set[int], leaving: int) -> None:
+        """Polls the queue (one request a poll) until `leaving` of these jobs have left this client's open jobs,
+        at most as long as the server's batches allow for them: a stalled server is the ServiceError."""
         bound_s = wait_bound_s(queue, waiting)
         deadline = time.monotonic() + bound_s
-        while waiting & {job.id for job in queue.jobs}:
+        while len(waiting & {job.id for job in queue.jobs}) > len(waiting) - leaving:
             if time.monotonic() > deadline:
                 raise ServiceError(f"{self.api.base_url}: jobs {sorted(waiting)} unfinished after {bound_s:.0f} s, "
                                    "longer than the server's batches allow: is its worker stalled?")
             time.sleep(self.poll_s)
             queue = self.api.queue()
-        return {job.id: self.api.job(job.id) if job.id in waiting else job for job in jobs}
 
 
 def _judgment(sent: JobView, job: JobView) -> Judgment:

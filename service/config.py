@@ -15,6 +15,7 @@ class ServiceConfig(BaseModel):
     max_request_bytes: int = Field(1 << 20, ge=1024)  # a body larger is refused (413) before it is read whole
     rate_per_s: float = Field(20.0, gt=0)  # requests a token may make per second, on average ...
     burst: int = Field(100, ge=1)  # ... and at once
+    max_open_jobs: int = Field(512, ge=1)  # jobs one client may have queued or running: a submit past it is 429
     batch: int = Field(8, ge=1)  # queued jobs of one problem judged together (one reference run, compiles in parallel)
     poll_s: float = Field(0.5, gt=0)  # how often an idle worker and a verdict stream look at the queue
     work_dir: Path  # the candidate and problem files the jobs are judged from, by content hash

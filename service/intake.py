@@ -1,6 +1,7 @@
 """A request turned into a stored job: the problem resolved (a registered name, or a problem file's text kept by
 content hash), the candidate checked as the CLI checks a file (not a candidate: refused, nothing stored), both
-written where the worker judges them from, and the job queued under its dedupe key."""
+written where the worker judges them from, and the job queued under its dedupe key within the client's limit
+of open jobs."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from evaluator.contracts import EvalSettings, Status
 from evaluator.static import check_source
 from reference_problems import Problem, ProblemError, resolve_problem
 from service.contracts import JobRequest
+from service.limits import OpenJobLimit
 
 
 class Refused(ValueError):
@@ -57,9 +59,9 @@ def problem_of(request: JobRequest, work_dir: Path, problems_dir: Path | None, s
 
 
 def accept(database: Database, client: str, request: JobRequest, settings: EvalSettings, work_dir: Path,
-           problems_dir: Path | None) -> tuple[JobRow, bool]:
+           problems_dir: Path | None, limit: OpenJobLimit) -> tuple[JobRow, bool]:
     """The client's job for the request, made (True) or the one already there for the same code, problem and
-    board (False)."""
+    board (False); QueueFull where it would queue one past the client's limit."""
     check = check_source(request.candidate, settings.language)
     if check.status is Status.INVALID:
         raise Refused(f"{check.cause}: not a kforge candidate")
@@ -67,5 +69,5 @@ def accept(database: Database, client: str, request: JobRequest, settings: EvalS
     sha = hashlib.sha256(request.candidate.encode()).hexdigest()
     board = board_of(settings)
     key = hashlib.sha256(f"{problem.sha256}\n{sha}\n{board}".encode()).hexdigest()
-    return database.enqueue_job(client, key, board, problem_name=problem.name, problem_path=str(problem.path),
-                                problem_sha256=problem.sha256, candidate_sha256=sha, source=request.candidate)
+    return limit.enqueue(database, client, key, board, problem_name=problem.name, problem_path=str(problem.path),
+                         problem_sha256=problem.sha256, candidate_sha256=sha, source=request.candidate)

@@ -1,15 +1,22 @@
 """How much one client may ask: a request rate per token (a token bucket) and a body size, both checked before any
-work is done for the request."""
+work is done for the request, and how many jobs it may have open, checked where a submit would queue one."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 from starlette.requests import Request
 
+from db import Database, JobRow
+
 
 class TooLarge(Exception):
     """The body is over the limit (it is not read further)."""
+
+
+class QueueFull(Exception):
+    """The client has as many jobs open as it may: why, in one line; nothing is stored for the request."""
 
 
 class RateLimiter:
@@ -43,3 +50,24 @@ async def read_body(request: Request, limit: int) -> bytes:
         if len(body) > limit:
             raise TooLarge
     return bytes(body)
+
+
+class OpenJobLimit:
+    """At most `most` jobs open (queued or running) per client on the board, so one client cannot fill the queue
+    for everyone. Only a submit that would queue a job meets it (a new job, or a cancelled one asked for again):
+    one answered by a job already queued, running or finished adds nothing to judge and always passes. The count
+    and the enqueue are made under one lock, so a client's submits at once cannot pass the limit together (one
+    server per database and board: no other process queues this board's jobs)."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self._lock = threading.Lock()
+
+    def enqueue(self, database: Database, client: str, key: str, board: str, **fields: str) -> tuple[JobRow, bool]:
+        """database.enqueue_job's answer, or QueueFull saying how many jobs the client has open."""
+        with self._lock:
+            queues = database.job_state(key) in (None, "cancelled")
+            if queues and (open_jobs := database.open_job_count(client, board)) >= self.most:
+                raise QueueFull(f"open-job limit: you have {open_jobs} jobs queued or running, at most {self.most} "
+                                "per client; submit again once one finishes")
+            return database.enqueue_job(client, key, board, **fields)

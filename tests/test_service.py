@@ -3,7 +3,8 @@
 the same few candidates again, so real evaluations stay few and the dedupe is what is tested: nothing lost, none
 judged twice, every verdict the one `kforge submit` gives; a server SIGKILLed mid-batch and started again gives
 every accepted job exactly one verdict; no token, a wrong token, an oversized or malformed request, another
-client's job: refused, and nothing run for it. A Judge on the server (RemoteBackend) answers as a local one does."""
+client's job: refused, and nothing run for it; a client at its limit of open jobs is refused new ones, never one
+already there. A Judge on the server (RemoteBackend) answers as a local one does, and waits out that limit."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -31,8 +34,14 @@ from judging.api import Judge, Judgment
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from service.client import RemoteBackend, ServiceClient, ServiceError, wait_bound_s  # noqa: E402 - the extra is there
+import uvicorn  # noqa: E402
+
+from service.app import Service  # noqa: E402
+from service.client import QueueFull, RemoteBackend, ServiceClient, ServiceError, wait_bound_s  # noqa: E402
+from service.config import ServiceConfig  # noqa: E402
 from service.contracts import JobView, QueueView  # noqa: E402
+from service.server import bind  # noqa: E402
+from service.tokens import read_tokens  # noqa: E402
 from service.worker import batch_bound_s  # noqa: E402
 
 SBH = SOLUTIONS / "scale_bias_hardswish"
@@ -376,3 +385,109 @@ def test_a_remote_wait_is_bounded_by_the_batches_ahead_of_its_last_job() -> None
     assert wait_bound_s(queue, {1}) == 100.0
     assert wait_bound_s(queue, {3}) == 600.0
     assert wait_bound_s(queue.model_copy(update={"running": 0}), {2}) == 300.0
+
+
+class Paused:
+    """The service in this process on 127.0.0.1, over its own SQLite db, its worker started only by resume(): the
+    jobs sent stay open, with no batch racing the test, until it lets them be judged."""
+
+    def __init__(self, tmp_path: Path, build_root: Path, tokens: Path, **config) -> None:
+        self.db_url = f"sqlite:///{tmp_path / 'paused.db'}"
+        self.database = Database(self.db_url)
+        service = Service(self.database, EvalSettings(device="cpu", size="small", build_root=build_root),
+                          ServiceConfig(port=0, tokens=tokens, work_dir=tmp_path / "work", **config),
+                          read_tokens(tokens), None)
+        self.worker, service.worker = service.worker, SimpleNamespace(start=lambda: None, stop=lambda: None)
+        sock = bind("127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(service.app(), log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "the server did not start"
+            time.sleep(0.05)
+
+    def resume(self) -> None:
+        self.worker.start()
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.database.close()
+
+
+@pytest.fixture
+def paused(tmp_path: Path, build_root: Path):
+    """A function starting a Paused server on the tokens file with the config given (stopped at the end)."""
+    started = []
+
+    def start(tokens: Path, **config) -> Paused:
+        started.append(Paused(tmp_path, build_root, tokens, **config))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+RELUS = [PY_RELU.replace("relu(x)", f"relu(x) + {n}") for n in range(5)]  # new jobs that need no child: cheats
+
+
+def post(client: ServiceClient, code: str) -> httpx.Response:
+    return client.http.post("/jobs", json={"candidate": code, "problem": "relu"})
+
+
+def test_a_client_at_its_open_job_limit_is_refused_new_jobs_until_its_jobs_finish(paused, tmp_path: Path) -> None:
+    """At 2 open jobs a client's new one is refused (429 without Retry-After, one line saying how many it has open,
+    nothing stored), as is a cancelled one asked for again: either would queue a job. Another client is not
+    affected, and a job already there (the client's own, or another's) is answered 200 even past the limit. Once
+    the worker has judged the client's jobs it is taken again."""
+    tokens = token_file(tmp_path / "tokens", ["alice", "bob"])
+    server = paused(tmp_path / "tokens", max_open_jobs=2)
+    alice, bob = ServiceClient(server.url, tokens["alice"]), ServiceClient(server.url, tokens["bob"])
+    first = [post(alice, code) for code in RELUS[:2]]
+    assert [reply.status_code for reply in first] == [201, 201]
+    refused = post(alice, RELUS[2])
+    assert (refused.status_code, "Retry-After" in refused.headers) == (429, False)
+    assert refused.json() == {"error": "open-job limit: you have 2 jobs queued or running, at most 2 per client; "
+                                       "submit again once one finishes"}
+    assert rows(server.db_url, "SELECT count(*) FROM jobs") == [(2,)]
+    assert rows(server.db_url, "SELECT count(*) FROM job_clients") == [(2,)]
+
+    assert post(bob, RELUS[2]).status_code == 201
+    assert [post(alice, code).status_code for code in (RELUS[0], RELUS[2])] == [200, 200]  # now 3 open
+    with pytest.raises(QueueFull, match=r"^429: open-job limit: you have 3 jobs queued or running[^\n]*$"):
+        alice.submit(RELUS[3], problem="relu")
+    assert bob.cancel(post(bob, RELUS[3]).json()["id"]).state == "cancelled"
+    with pytest.raises(QueueFull, match="you have 3 jobs"):
+        alice.submit(RELUS[3], problem="relu")  # bob's cancelled job: asked for again, it would be queued
+    assert rows(server.db_url, "SELECT state, count(*) FROM jobs GROUP BY state ORDER BY state") == [
+        ("cancelled", 1), ("queued", 3)]
+
+    server.resume()
+    for reply in first:
+        assert alice.wait(reply.json()["id"], every_s=0.2, timeout_s=120).state == "done"
+    assert post(alice, RELUS[4]).status_code == 201
+
+
+def test_a_remote_judge_past_the_open_job_limit_waits_for_its_jobs_to_finish(paused, tmp_path: Path,
+                                                                              monkeypatch) -> None:
+    """A call of more pairs than the limit leaves room for sends what it may and waits (nothing more is stored
+    while no job finishes); once the worker judges, each pair is sent as room is made, and every one is judged."""
+    monkeypatch.setattr("service.client.RATE_RETRIES", 0)  # what waits is the backend, not a 429's retries
+    token = token_file(tmp_path / "tokens", ["alice"])["alice"]
+    server = paused(tmp_path / "tokens", max_open_jobs=2)
+    judge = Judge(backend=RemoteBackend(server.url, token, poll_s=0.2))
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(judge.judge_many, [("relu", code) for code in RELUS])
+        try:
+            time.sleep(2.0)
+            assert not call.done() and rows(server.db_url, "SELECT count(*) FROM jobs") == [(2,)], \
+                call.done() and call.result()
+        finally:
+            server.resume()  # a failed check leaves no call waiting on a worker that never starts
+        judged = call.result(timeout=120)
+    assert [j.verdict.status for j in judged] == [Status.CHEAT] * len(RELUS)
+    assert rows(server.db_url, "SELECT state, count(*) FROM jobs GROUP BY state") == [("done", len(RELUS))]
