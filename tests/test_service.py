@@ -367,7 +367,8 @@ def test_a_remote_judge_says_a_bad_token_an_unreachable_server_or_a_refused_job_
         with pytest.raises(ServiceError, match=rf"^{line}[^\n]*$") as caught:
             Judge(backend=backend).judge_many(pairs)
         assert time.monotonic() - start < 5
-        assert "httpx" not in "".join(traceback.format_exception(caught.value)), caught.value
+        # no frame of httpx's own files (a chained httpx error would bring them); kforge's lines may name its types
+        assert "/httpx/" not in "".join(traceback.format_exception(caught.value)), caught.value
     assert rows(served.run.db_url, "SELECT count(*) FROM jobs") == [(0,)]
     queue = RemoteBackend(server.url, token).api.queue()
     assert queue.batch_bound_s == batch_bound_s(EvalSettings(device="cpu", size="small"), 8)
