@@ -307,15 +307,17 @@ def own_token_file(path: Path) -> tuple[Path, str]:
     return mine, token
 
 
-def inside(speedup: float, judgment: Judgment) -> bool:
-    low, high = judgment.verdict.evidence.timing.speedup_interval
-    return low <= speedup <= high
+def consistent(one: Judgment, other: Judgment) -> bool:
+    """Two timings of one kernel agree where their intervals meet: each point inside the other's is stricter than
+    two independent 95 % intervals are (a loaded 2-core machine put one 2 % outside)."""
+    (low, high), (low2, high2) = (j.verdict.evidence.timing.speedup_interval for j in (one, other))
+    return low <= high2 and low2 <= high
 
 
 @pytest.mark.slow
 def test_a_remote_judge_gives_the_judgments_a_local_one_gives(served, tmp_path: Path, build_root: Path) -> None:
     """The same pairs judged here (LocalBackend, at the settings `kforge serve` judges at) and on a server with a db
-    of its own (RemoteBackend): the same statuses, each correct speedup inside the other's interval, and each remote
+    of its own (RemoteBackend): the same statuses, correct speedups whose intervals meet, and each remote
     verdict the one the server stored. Asked again, every verdict is taken back; code stored for one problem and
     sent for another is the job's failure, in one line."""
     settings = EvalSettings(device="cpu", size="small", build_root=build_root)
@@ -325,13 +327,9 @@ def test_a_remote_judge_gives_the_judgments_a_local_one_gives(served, tmp_path: 
     server = served(tmp_path / "tokens")
     judge = Judge(backend=RemoteBackend(server.url, token_file=mine, poll_s=0.5))
     remote = judge.judge_many(JUDGED)
-    print("local:", [(j.verdict.status.value, j.verdict.speedup, j.verdict.evidence.timing and
-                      j.verdict.evidence.timing.speedup_interval) for j in local])
-    print("remote:", [(j.verdict.status.value, j.verdict.speedup, j.verdict.evidence.timing and
-                       j.verdict.evidence.timing.speedup_interval) for j in remote])
     assert [j.verdict.status for j in remote] == [j.verdict.status for j in local] == [
         Status.CORRECT, Status.INCORRECT, Status.COMPILE_ERROR, Status.CORRECT]
-    assert inside(local[0].verdict.speedup, remote[0]) and inside(remote[0].verdict.speedup, local[0])
+    assert consistent(local[0], remote[0]), (local[0].verdict.evidence.cause, remote[0].verdict.evidence.cause)
     assert remote[3] == remote[0] and not any(j.reused for j in remote)
     with Database(served.run.db_url) as db:
         stored = {row.id: Verdict.from_row(row) for row in db.evaluations()}
