@@ -12,7 +12,7 @@ import typer
 from evaluator.contracts import Status
 from kforge import tables
 from kforge.app import DbOpt, UserError, app, friendly, open_db, out, problems_dir
-from reference_problems import resolve_problem
+from reference_problems import names_a_file, resolve_problem
 
 if TYPE_CHECKING:  # SQLAlchemy loads in the commands, not at start-up
     from db import Database, Removed, SolutionRow
@@ -108,7 +108,7 @@ def prune(status: Annotated[Optional[list[str]], typer.Option("--status", metava
 def _stored_problem(database: Database, problem: str) -> str:
     """The name of a problem the db holds, given as stored or as the path of its problem file."""
     stored = {p.name for p in database.problems()}
-    name = resolve_problem(problem, problems_dir()).name if problem.endswith(".py") or "/" in problem else problem
+    name = resolve_problem(problem, problems_dir()).name if names_a_file(problem) else problem
     if name not in stored:
         raise UserError(f"no stored problem '{name}' (`kforge leaderboard` lists the problems with solutions)")
     return name

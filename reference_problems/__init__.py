@@ -6,6 +6,7 @@ from reference_problems.registry import (
     ProblemMeta,
     import_problems,
     list_problems,
+    names_a_file,
     resolve_problem,
     user_problem_dir,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "ProblemMeta",
     "import_problems",
     "list_problems",
+    "names_a_file",
     "resolve_problem",
     "user_problem_dir",
 ]

@@ -189,11 +189,16 @@ def import_problems(root: Path, user_dir: Path | None = None) -> tuple[list[Prob
     return imported, skipped
 
 
+def names_a_file(name_or_path: str) -> bool:
+    """Whether a problem is given as a file's path (a .py name, or any path) rather than a registered name."""
+    return name_or_path.endswith(".py") or "/" in name_or_path
+
+
 def resolve_problem(name_or_path: str, user_dir: Path | None = None) -> Problem:
     """A registered name, or a path to any KernelBench-format .py file. A file whose name a registered problem of
     other content holds is named `NAME@SHA8` (its content's first hash digits): its verdicts and board rows are
     its own, never the registered problem's."""
-    if name_or_path.endswith(".py") or "/" in name_or_path:
+    if names_a_file(name_or_path):
         found = load_problem_file(Path(name_or_path))
         taken = next((p for p in list_problems(user_dir) if p.name == found.name and p.sha256 != found.sha256), None)
         if taken is None:

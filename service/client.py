@@ -13,6 +13,7 @@ from typing import Iterator
 import httpx
 
 from judging.api import Judgment, Pair
+from reference_problems import names_a_file
 from service.contracts import CodeView, JobRequest, JobView, QueueView
 from service.tokens import TokenFileError, read_tokens
 
@@ -161,9 +162,9 @@ def wait_bound_s(queue: QueueView, ids: set[int]) -> float:
 
 
 def problem_fields(problem: str) -> dict[str, str]:
-    """A Pair's problem as a job names it: a registered name as it is; a problem file's path (as judging.api's
-    resolve_problem reads one) sent as the file's text, since the server cannot read this machine's files."""
-    if not (problem.endswith(".py") or "/" in problem):
+    """A Pair's problem as a job names it: a registered name as it is; a problem file's path (names_a_file, as
+    resolve_problem tells them apart) sent as the file's text, since the server cannot read this machine's files."""
+    if not names_a_file(problem):
         return {"problem": problem}
     try:
         return {"problem_source": Path(problem).read_text(), "problem_name": Path(problem).stem}
