@@ -190,7 +190,10 @@ def relu_timing_case(samples_ms: list[float], monkeypatch, device: str = "cuda",
                  EvalSettings(device=device, size=size), {})
 
 
-def gains_nothing(v, honest, spread: float = 1.25) -> None:
+SPREAD = 1.25  # this VM's spread between one kernel's evaluations in fresh processes (up to ~20 %)
+
+
+def gains_nothing(v, honest, spread: float = SPREAD) -> None:
     """Caught, or correct at no more than its honest twin's speed: the top of the twin's own interval, and this
     VM's spread between one kernel's evaluations in fresh processes on top (up to ~20 %; profile_hook, whose hook
     slows every Python call of its server, once timed 1.17x its twin); the attacks it stands for were paid 10-34x."""

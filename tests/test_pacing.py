@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CANDIDATES, SOLUTIONS, kforge_runner
+from conftest import CANDIDATES, SOLUTIONS, SPREAD, kforge_runner
 from evaluator import CandidateJob, EvalSettings, Status, evaluate
 from evaluator.sandbox import cgroups
 from evaluator.parent.batch import COMPILE_NICE, cpu_cores
@@ -258,14 +258,17 @@ def test_a_jailed_candidate_left_spinning_is_held_and_cannot_look_faster(cpu_set
     reference's own work plus native threads sweeping memory on every core whenever it waits, cannot look faster:
     correct and slower than 1x (on this noisy 2-core VM the ratio moved between evaluations, 0.20-0.53x, once
     0.81x, which is why the freeze itself is asserted above and not through the ratio), or, where its threads'
-    sweeps during its own input fills outgrow what the reference's fills take, a timer escape."""
+    sweeps during its own input fills outgrow what the reference's fills take, a timer escape. Held, it does
+    the reference's work and no more: 1.01x once in CI, so the bound is this VM's spread between one kernel's
+    evaluations on top of 1x (conftest.gains_nothing), far below the up to 15x slower reference its spinners
+    made when the hold let them run."""
     job = CandidateJob(path=ADVERSARIAL / "spin_while_paired.py", problem=resolve_problem("scale_bias_hardswish"))
     (verdict,) = evaluate([job], cpu_settings)
     if verdict.status is Status.CHEAT:
         assert verdict.evidence.exploit == "timer_escape", verdict.evidence.cause
         return
     assert verdict.status is Status.CORRECT, verdict.evidence.cause
-    assert verdict.speedup < 1.0 and verdict.evidence.timing.reference_calls == verdict.evidence.timing.calls
+    assert verdict.speedup <= SPREAD and verdict.evidence.timing.reference_calls == verdict.evidence.timing.calls
 
 
 def test_a_batch_timed_apart_refuses_every_pace():
