@@ -4,6 +4,7 @@ module, so command modules import it and never each other."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
+from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer vendors click and exports neither
+from typer.core import TyperGroup
 
 from evaluator.contracts import DTYPE_NAMES, EvalSettings, EvaluatorError, Limits
 from evaluator.hardware import auto_device
@@ -24,8 +27,49 @@ if TYPE_CHECKING:  # SQLAlchemy loads in the commands that open a db, not at sta
     from db import Database
     from evaluator.sandbox.cgroups import CompilePlan
 
+
+class _OneLineUsage(TyperGroup):
+    """kforge's root command. Click says a usage error (a missing argument, an unknown option or command, a bad
+    value) in four lines, usage and hint before the error; here it is one line, exit 2, for every command under it."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        with _usage_in_one_line():  # kforge's own options: `kforge --bogus`
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx):
+        with _usage_in_one_line():  # the command's name, its arguments and options, and any group under it
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _usage_in_one_line():
+    """A usage error becomes its line on stderr and the exit code click gives it (2); the help that `kforge` alone
+    prints (click raises it as a usage error too) goes on as it is."""
+    try:
+        yield
+    except NoArgsIsHelpError:
+        raise
+    except UsageError as exc:
+        err.print(_usage_line(exc), markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _usage_line(exc: UsageError) -> str:
+    """`kforge submit: missing argument 'file' (kforge submit --help)`: the command, click's own words, where its
+    usage is. Named `kforge` however it was started (`python -m kforge`), as every kforge message is; the pointer
+    is left off where it would take the line past the terminal's width, and so is the command where click knows
+    none (an option missing its value)."""
+    said = exc.format_message().removesuffix(".")
+    said = said[:1].lower() + said[1:]
+    if exc.ctx is None:
+        return f"kforge: {said}"
+    command = "kforge" + exc.ctx.command_path.removeprefix(exc.ctx.find_root().command_path)
+    line, pointer = f"{command}: {said}", f" ({command} --help)"
+    return line + pointer if len(line + pointer) <= err.width else line
+
+
 # plain help (click's): a two-column list that reads at 80 columns, where rich's panels squeeze each text to a sliver
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+app = typer.Typer(cls=_OneLineUsage, no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="Judge LLM-written kernels: compile, correctness, leaks, speed.")
 out = Console()
 err = Console(stderr=True)

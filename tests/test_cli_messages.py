@@ -1,5 +1,6 @@
-"""What `kforge` says about paths it is given, run as users run it (`python -m kforge`, a real SQLite file): a path
-a command cannot take is one line and exit 2, never a traceback, and every message says what is really there."""
+"""What `kforge` says about paths it is given and command lines it cannot parse, run as users run it (`python -m
+kforge`, a real SQLite file): a path a command cannot take, or a usage error, is one line and exit 2, never a
+traceback, and every message says what is really there."""
 
 from __future__ import annotations
 
@@ -103,3 +104,34 @@ def test_export_and_import_count_in_the_file_s_order_and_in_number(kforge, tmp_p
     assert kforge("export", "--jsonl", str(dump)).stderr == "exported 1 problem, 1 solution, 1 evaluation\n"
     other = f"sqlite:///{tmp_path / 'other.db'}"
     assert kforge("import", str(dump), "--db", other).stdout == "1 problem added, 1 solution added, 1 evaluation added\n"
+
+
+@pytest.mark.parametrize("args, said", [
+    (["submit"], "kforge submit: missing argument 'file' (kforge submit --help)"),
+    (["problems", "import"], "kforge problems import: missing argument 'path' (kforge problems import --help)"),
+    (["leaderboard", "--bogus"], "kforge leaderboard: no such option: --bogus (kforge leaderboard --help)"),
+    (["--bogus"], "kforge: no such option: --bogus (kforge --help)"),
+    (["leaderbord"], "kforge: no such command 'leaderbord'. Did you mean 'leaderboard'?"),
+    (["prompt", "relu", "--target", "tpu"],  # a bad choice: kforge's choices are checked by kforge, not by click
+     "kforge: error: --target must be cuda, cpu or triton, not 'tpu'"),
+])
+def test_a_usage_error_is_one_line_at_80_columns(kforge, args, said):
+    """Click says these in four lines (usage, hint, blank, error); a newcomer at 80 columns reads one, exit 2."""
+    kforge.env["COLUMNS"] = "80"
+    proc = kforge(*args, expect=2)
+    assert proc.stderr == f"{said}\n" and len(said) <= 80 and not proc.stdout
+
+
+def test_a_usage_error_names_the_help_only_where_the_line_has_room(kforge):
+    """The error is never cut: past the terminal's width the pointer to --help goes, and the line stays one."""
+    said = "kforge evaluate: invalid value for '--jobs' / '-j': Input should be greater than or equal to 1"
+    kforge.env["COLUMNS"] = "80"
+    assert kforge("evaluate", "solutions", "-j", "0", expect=2).stderr == f"{said}\n"
+    kforge.env["COLUMNS"] = "200"
+    assert kforge("evaluate", "solutions", "-j", "0", expect=2).stderr == f"{said} (kforge evaluate --help)\n"
+
+
+def test_kforge_alone_still_prints_its_help(kforge):
+    """Click raises the help of a bare `kforge` as a usage error too: it is the whole help, not one line of it."""
+    said = kforge(expect=2).stderr
+    assert said.startswith("Usage: ") and "Commands:" in said and "  submit " in said, said

@@ -27,7 +27,7 @@ class ModelNew(torch.nn.Module):
 
 def _commands() -> list[tuple[list[str], object]]:
     """Every command and group of kforge, as `main` registers them (generate's options included)."""
-    from kforge import cli, cli_delete, cli_report, cli_status
+    from kforge import cli, cli_delete, cli_report, cli_serve, cli_status
     from kforge.cli_generate import generate
 
     if not any(c.name == "generate" and c.callback is generate for c in cli.app.registered_commands):
@@ -35,6 +35,7 @@ def _commands() -> list[tuple[list[str], object]]:
     cli_report.register()
     cli_status.register()
     cli_delete.register()
+    cli_serve.register()
 
     def walk(command, path):
         yield path, command
@@ -89,6 +90,13 @@ def test_every_help_screen_fits_with_words_whole(tmp_path, build_root):
             assert words.startswith(listed.removesuffix("...")) and words[len(listed.removesuffix("...")):][:1] in " ", \
                 (path, name, listed)
     assert len(run("generate", "--help").stdout.splitlines()) < 70
+
+
+def test_the_help_screens_checked_are_every_command_kforge_lists(tmp_path, build_root):
+    """`_commands` registers them as `main` does: a command `main` adds and `_commands` misses would go unchecked."""
+    lines = _at_80(kforge_runner(tmp_path, build_root))("--help").stdout.splitlines()
+    listed = {line.split()[0] for line in lines[lines.index("Commands:") + 1:] if line.strip()}
+    assert listed == {path[0] for path, _ in _commands() if len(path) == 1}, listed
 
 
 def test_problems_list_caps_long_names_and_keeps_the_other_columns(kforge):
