@@ -23,7 +23,7 @@ from evaluator.contracts import EvalSettings, Verdict
 from service.config import ServiceConfig
 from service.contracts import CodeView, JobRequest, JobView, QueueView
 from service.intake import Refused, accept, board_of
-from service.limits import OpenJobLimit, QueueFull, RateLimiter, TooLarge, read_body
+from service.limits import OpenJobLimit, RateLimiter, TooLarge, TooManyOpenJobs, read_body
 from service.tokens import client_of
 from service.worker import Worker, batch_bound_s
 
@@ -83,7 +83,7 @@ class Service:
             return error(422, "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()))
         except Refused as exc:
             return error(422, str(exc))
-        except QueueFull as exc:  # no Retry-After: it lasts until the client's jobs finish, which no clock says
+        except TooManyOpenJobs as exc:  # no Retry-After: it lasts until the client's jobs finish, which no clock says
             return error(429, str(exc))
         return answer(view(row, made), 201 if made else 200)
 

@@ -1,7 +1,8 @@
 """A client of the service, over httpx: submit a job, read it (once, until finished, or as a stream of
 server-sent events), see the queue, cancel; and RemoteBackend, judging.api's Backend over it, so a Judge (a
 trainer's reward function) judges on a shared server as it would here. Answers are the service's own contracts;
-a refusal, a server that cannot be reached, a job that ends without a verdict: one ServiceError, in one line."""
+a refusal, a server that cannot be reached, a job that ends without a verdict: one ServiceError, in one line.
+A request the server refuses is an error; code it judged, however bad (invalid, syntax_error), is a verdict."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class ServiceError(RuntimeError):
         self.status = status
 
 
-class QueueFull(ServiceError):
+class OpenJobLimitReached(ServiceError):
     """The server's open-job limit: this client has as many jobs queued or running as it may. Its 429 has no
     Retry-After, which the rate limit's has: it lasts until some of the client's jobs finish, not for a time."""
 
@@ -100,8 +101,11 @@ class ServiceClient:
 
     def submit(self, candidate: str, problem: str | None = None, problem_source: str | None = None,
                problem_name: str = "problem") -> JobView:
-        """A job for the candidate against a registered problem, or against a problem file's text."""
-        body = JobRequest(candidate=candidate, problem=problem, problem_source=problem_source, problem_name=problem_name)
+        """A job for the candidate against a registered problem, or against a problem file's text. The body is
+        built unchecked: the server judges it, so a field that does not fit is its 422, one line naming the field,
+        as every refusal is, not a local error of another kind."""
+        body = JobRequest.model_construct(candidate=candidate, problem=problem, problem_source=problem_source,
+                                          problem_name=problem_name)
         return JobView.model_validate(self._call("POST", "/jobs", content=body.model_dump_json(exclude_none=True),
                                                  headers={"Content-Type": "application/json"}))
 
@@ -141,17 +145,18 @@ class ServiceClient:
 
 
 def _refusal(reply: httpx.Response) -> ServiceError:
-    """The error a refused request raises: QueueFull for the open-job limit (a 429 without Retry-After), so a
-    caller can wait for its jobs rather than fail."""
+    """The error a refused request raises: OpenJobLimitReached for the open-job limit (a 429 without Retry-After),
+    so a caller can wait for its jobs rather than fail."""
     full = reply.status_code == 429 and "Retry-After" not in reply.headers
-    return (QueueFull if full else ServiceError)(_why(reply), reply.status_code)
+    return (OpenJobLimitReached if full else ServiceError)(_why(reply), reply.status_code)
 
 
 def _why(reply: httpx.Response) -> str:
+    """The server's one-line error, or the start of what else answered (a proxy's page) folded onto one line."""
     try:
         return json.loads(reply.content)["error"]
     except (ValueError, KeyError, TypeError):
-        return reply.text[:200]
+        return " ".join(reply.text[:200].split())
 
 
 def wait_bound_s(queue: QueueView, ids: set[int]) -> float:
@@ -180,7 +185,8 @@ class RemoteBackend:
     the jobs' places, so a stalled server is an error, a long queue is not. A call with more pairs than the
     server's open-job limit leaves room for is not refused: a trainer's batch is its batch, so each pair past
     the limit is sent again once one of this client's jobs finishes, that wait bounded the same way. Code that is
-    no candidate is refused by the server (a 422 ServiceError), where LocalBackend gives it an `invalid` verdict."""
+    no candidate gets its verdict (invalid, syntax_error) as from LocalBackend; a pair the server refuses (a 422:
+    a problem it cannot judge, a field that does not fit its contract) is a ServiceError naming the field."""
 
     def __init__(self, url: str, token: str | None = None, *, token_file: str | Path | None = None,
                  client: str | None = None, poll_s: float = 1.0) -> None:
@@ -204,7 +210,7 @@ class RemoteBackend:
         while True:
             try:
                 return self.api.submit(code, **problem_fields(problem))
-            except QueueFull:
+            except OpenJobLimitReached:
                 queue = self.api.queue()
                 mine = {job.id for job in queue.jobs}
                 self._wait(queue, mine, leaving=min(1, len(mine)))

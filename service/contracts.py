@@ -22,7 +22,8 @@ class JobRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    candidate: str = Field(min_length=1, description="the candidate's Python source, defining ModelNew")
+    # code that is no candidate (empty, no ModelNew) is no refusal: it is judged, as judging.api judges it
+    candidate: str = Field(description="the candidate's Python source, defining ModelNew")
     problem: str | None = Field(None, pattern=NAME)
     problem_source: str | None = Field(None, min_length=1)
     problem_name: str = Field("problem", pattern=NAME)

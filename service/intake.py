@@ -1,7 +1,8 @@
 """A request turned into a stored job: the problem resolved (a registered name, or a problem file's text kept by
-content hash), the candidate checked as the CLI checks a file (not a candidate: refused, nothing stored), both
-written where the worker judges them from, and the job queued under its dedupe key within the client's limit
-of open jobs."""
+content hash; one the server cannot judge is refused, nothing stored), both written where the worker judges them
+from, and the job queued under its dedupe key within the client's limit of open jobs. The candidate is not checked
+here: code that is no candidate is judged (invalid, syntax_error) as judging.api judges it, since a trainer needs a
+verdict for every sample, not a refusal."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ import secrets
 from pathlib import Path
 
 from db import Database, JobRow
-from evaluator.contracts import EvalSettings, Status
-from evaluator.static import check_source
+from evaluator.contracts import EvalSettings
 from reference_problems import Problem, ProblemError, resolve_problem
 from service.contracts import JobRequest
 from service.limits import OpenJobLimit
 
 
 class Refused(ValueError):
-    """The request names no problem the server can judge, or sends no candidate: said in one line, nothing stored."""
+    """The request names no problem the server can judge: said in one line that starts with the field it came in
+    (problem or problem_source), as a body that does not fit the contract is; nothing stored."""
 
 
 def board_of(settings: EvalSettings) -> str:
@@ -45,6 +46,7 @@ def write_once(path: Path, text: str) -> Path:
 
 def problem_of(request: JobRequest, work_dir: Path, problems_dir: Path | None, settings: EvalSettings) -> Problem:
     """The problem the request names, at the server's size (a problem without that size is refused here)."""
+    field = "problem" if request.problem is not None else "problem_source"
     try:
         if request.problem is not None:
             problem = resolve_problem(request.problem, problems_dir)
@@ -54,17 +56,14 @@ def problem_of(request: JobRequest, work_dir: Path, problems_dir: Path | None, s
             problem = resolve_problem(str(kept), problems_dir)
         problem.overrides(settings.size)
     except ProblemError as exc:
-        raise Refused(str(exc)) from None
+        raise Refused(f"{field}: {exc}") from None
     return problem
 
 
 def accept(database: Database, client: str, request: JobRequest, settings: EvalSettings, work_dir: Path,
            problems_dir: Path | None, limit: OpenJobLimit) -> tuple[JobRow, bool]:
     """The client's job for the request, made (True) or the one already there for the same code, problem and
-    board (False); QueueFull where it would queue one past the client's limit."""
-    check = check_source(request.candidate, settings.language)
-    if check.status is Status.INVALID:
-        raise Refused(f"{check.cause}: not a kforge candidate")
+    board (False); TooManyOpenJobs where it would queue one past the client's limit."""
     problem = problem_of(request, work_dir, problems_dir, settings)
     sha = hashlib.sha256(request.candidate.encode()).hexdigest()
     board = board_of(settings)

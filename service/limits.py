@@ -15,8 +15,9 @@ class TooLarge(Exception):
     """The body is over the limit (it is not read further)."""
 
 
-class QueueFull(Exception):
-    """The client has as many jobs open as it may: why, in one line; nothing is stored for the request."""
+class TooManyOpenJobs(Exception):
+    """OpenJobLimit's refusal: the client has as many jobs open as it may. Why, in one line; nothing is stored for
+    the request."""
 
 
 class RateLimiter:
@@ -64,10 +65,10 @@ class OpenJobLimit:
         self._lock = threading.Lock()
 
     def enqueue(self, database: Database, client: str, key: str, board: str, **fields: str) -> tuple[JobRow, bool]:
-        """database.enqueue_job's answer, or QueueFull saying how many jobs the client has open."""
+        """database.enqueue_job's answer, or TooManyOpenJobs saying how many jobs the client has open."""
         with self._lock:
             queues = database.job_state(key) in (None, "cancelled")
             if queues and (open_jobs := database.open_job_count(client, board)) >= self.most:
-                raise QueueFull(f"open-job limit: you have {open_jobs} jobs queued or running, at most {self.most} "
-                                "per client; submit again once one finishes")
+                raise TooManyOpenJobs(f"open-job limit: you have {open_jobs} jobs queued or running, "
+                                      f"at most {self.most} per client; submit again once one finishes")
             return database.enqueue_job(client, key, board, **fields)

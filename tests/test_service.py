@@ -4,7 +4,8 @@ the same few candidates again, so real evaluations stay few and the dedupe is wh
 judged twice, every verdict the one `kforge submit` gives; a server SIGKILLed mid-batch and started again gives
 every accepted job exactly one verdict; no token, a wrong token, an oversized or malformed request, another
 client's job: refused, and nothing run for it; a client at its limit of open jobs is refused new ones, never one
-already there. A Judge on the server (RemoteBackend) answers as a local one does, and waits out that limit."""
+already there. A Judge on the server (RemoteBackend) answers as a local one does, and waits out that limit; a field
+the server refuses is its error, code that is no candidate its verdict."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ pytest.importorskip("uvicorn")
 import uvicorn  # noqa: E402
 
 from service.app import Service  # noqa: E402
-from service.client import QueueFull, RemoteBackend, ServiceClient, ServiceError, wait_bound_s  # noqa: E402
+from service.client import OpenJobLimitReached, RemoteBackend, ServiceClient, ServiceError, wait_bound_s  # noqa: E402
 from service.config import ServiceConfig  # noqa: E402
 from service.contracts import JobView, QueueView  # noqa: E402
 from service.server import bind  # noqa: E402
@@ -144,8 +145,9 @@ def send(client: ServiceClient, jobs: list[tuple[str, str, bool]]) -> list[int]:
 
 
 def test_refused_requests_run_nothing(served, tmp_path: Path) -> None:
-    """No token, a wrong one, a body over the limit (declared or streamed), one that is no JSON job, no candidate,
-    a path for a problem, too many requests, another client's job: each refused in one line, nothing stored."""
+    """No token, a wrong one, a body over the limit (declared or streamed), one that is no JSON job, a path for a
+    problem, a problem the server cannot judge, too many requests, another client's job: each refused in one line
+    (a 422 naming the field it refused), nothing stored."""
     tokens = token_file(tmp_path / "tokens", ["alice", "bob", "eve"])
     server = served(tmp_path / "tokens", "--max-request-kb", "64", "--rate", "1", "--burst", "12")
     bare = httpx.Client(base_url=server.url)
@@ -162,14 +164,15 @@ def test_refused_requests_run_nothing(served, tmp_path: Path) -> None:
     streamed = eve.http.post("/jobs", content=iter([json.dumps(huge).encode()[i:i + 4096]
                                                     for i in range(0, 70 * 1024, 4096)]))
     assert streamed.status_code == 413  # chunked: no Content-Length to refuse it by
-    for body, why in (("{not json", "Invalid JSON"), (json.dumps({"candidate": PY_RELU}), "exactly one"),
-                      (json.dumps({**job, "extra": 1}), "extra"),
-                      (json.dumps({"candidate": "x = 1\n", "problem": "relu"}), "no ModelNew"),
-                      (json.dumps({"candidate": PY_RELU, "problem": "/etc/passwd"}), "pattern"),
-                      (json.dumps({"candidate": PY_RELU, "problem": "relux"}), "unknown problem"),
-                      (json.dumps({"candidate": PY_RELU, "problem_source": "x = 1\n"}), "lacks")):
+    for body, why in (("{not json", "body: Invalid JSON"), (json.dumps({"problem": "relu"}), "candidate: Field required"),
+                      (json.dumps({"candidate": PY_RELU}), "body: Value error, give exactly one"),
+                      (json.dumps({**job, "extra": 1}), "extra: Extra inputs"),
+                      (json.dumps({"candidate": PY_RELU, "problem": "/etc/passwd"}), "problem: String should match"),
+                      (json.dumps({"candidate": PY_RELU, "problem": "relux"}), "problem: unknown problem"),
+                      (json.dumps({"candidate": PY_RELU, "problem_source": "x = 1\n"}),
+                       "problem_source: problem file problem.py lacks")):
         reply = eve.http.post("/jobs", content=body)
-        assert reply.status_code == 422 and why in reply.json()["error"], (body, reply.text)
+        assert reply.status_code == 422 and reply.json()["error"].startswith(why), (body, reply.text)
     limited = next(r for r in (eve.http.get("/queue") for _ in range(40)) if r.status_code != 200)  # 12 at once, 1/s
     assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
     assert rows(served.run.db_url, "SELECT count(*) FROM jobs") == [(0,)]
@@ -358,8 +361,8 @@ def test_a_remote_judge_says_a_bad_token_an_unreachable_server_or_a_refused_job_
     pair = [JUDGED[1]]
     cases = [(RemoteBackend(server.url, "0" * 32), pair, r"401: a valid bearer token is required"),
              (RemoteBackend(closed, token), pair, rf"cannot reach {closed}: .*refused"),
-             (RemoteBackend(server.url, token_file=mine), [("relu", "x = 1\n")], r"422: .*not a kforge candidate"),
-             (RemoteBackend(server.url, token), [("relux", PY_RELU)], r"422: unknown problem 'relux'")]
+             (RemoteBackend(server.url, token_file=mine), [("re lu", PY_RELU)], r"422: problem: String should match"),
+             (RemoteBackend(server.url, token), [("relux", PY_RELU)], r"422: problem: unknown problem 'relux'")]
     for backend, pairs, line in cases:
         start = time.monotonic()
         with pytest.raises(ServiceError, match=rf"^{line}[^\n]*$") as caught:
@@ -370,6 +373,39 @@ def test_a_remote_judge_says_a_bad_token_an_unreachable_server_or_a_refused_job_
     assert rows(served.run.db_url, "SELECT count(*) FROM jobs") == [(0,)]
     queue = RemoteBackend(server.url, token).api.queue()
     assert queue.batch_bound_s == batch_bound_s(EvalSettings(device="cpu", size="small"), 8)
+
+
+# code that is no candidate, each judged invalid as a local Judge judges it: no ModelNew, nothing at all, prose
+NOT_CANDIDATES = ["x = 1\n", "", "Here is a faster kernel for you.\n"]
+
+
+def test_a_remote_judge_tells_a_refused_field_from_code_judged_invalid(served, tmp_path: Path,
+                                                                        build_root: Path) -> None:
+    """A pair the server refuses (a problem file that is no problem, a name that is no name) is a 422 ServiceError
+    of one line naming the field, and nothing is stored; code that is no candidate is a job like any other, judged
+    by the server's worker: its Judgment is the `invalid` verdict a local Judge gives, stored on the server."""
+    token = token_file(tmp_path / "tokens", ["alice"])["alice"]
+    server = served(tmp_path / "tokens")
+    judge = Judge(backend=RemoteBackend(server.url, token, poll_s=0.2))
+    no_problem = tmp_path / "no_problem.py"
+    no_problem.write_text("x = 1\n")
+    for problem, field in ((str(no_problem), "problem_source"), ("re lu", "problem")):
+        with pytest.raises(ServiceError, match=rf"^422: {field}: [^\n]+$") as caught:
+            judge.judge_many([(problem, PY_RELU), ("relu", PY_RELU)])
+        assert caught.value.status == 422
+    assert rows(served.run.db_url, "SELECT count(*) FROM jobs") == [(0,)]
+
+    pairs = [("relu", code) for code in NOT_CANDIDATES] + [("relu", PY_RELU)]
+    remote = judge.judge_many(pairs)
+    local = Judge(db=f"sqlite:///{tmp_path / 'local.db'}", out_dir=tmp_path / "candidates",
+                  settings=EvalSettings(device="cpu", size="small", build_root=build_root)).judge_many(pairs)
+    assert [j.verdict.status for j in remote] == [Status.INVALID] * 3 + [Status.CHEAT]
+    assert [(j.verdict.status, j.verdict.evidence.cause) for j in remote] == \
+        [(j.verdict.status, j.verdict.evidence.cause) for j in local]
+    with Database(served.run.db_url) as db:
+        stored = {row.id: Verdict.from_row(row) for row in db.evaluations()}
+    assert {j.evaluation_id: j.verdict for j in remote} == stored and not any(j.reused for j in remote)
+    assert rows(served.run.db_url, "SELECT state, count(*) FROM jobs GROUP BY state") == [("done", 4)]
 
 
 def test_a_remote_wait_is_bounded_by_the_batches_ahead_of_its_last_job() -> None:
@@ -457,10 +493,10 @@ def test_a_client_at_its_open_job_limit_is_refused_new_jobs_until_its_jobs_finis
 
     assert post(bob, RELUS[2]).status_code == 201
     assert [post(alice, code).status_code for code in (RELUS[0], RELUS[2])] == [200, 200]  # now 3 open
-    with pytest.raises(QueueFull, match=r"^429: open-job limit: you have 3 jobs queued or running[^\n]*$"):
+    with pytest.raises(OpenJobLimitReached, match=r"^429: open-job limit: you have 3 jobs queued or running[^\n]*$"):
         alice.submit(RELUS[3], problem="relu")
     assert bob.cancel(post(bob, RELUS[3]).json()["id"]).state == "cancelled"
-    with pytest.raises(QueueFull, match="you have 3 jobs"):
+    with pytest.raises(OpenJobLimitReached, match="you have 3 jobs"):
         alice.submit(RELUS[3], problem="relu")  # bob's cancelled job: asked for again, it would be queued
     assert rows(server.db_url, "SELECT state, count(*) FROM jobs GROUP BY state ORDER BY state") == [
         ("cancelled", 1), ("queued", 3)]
