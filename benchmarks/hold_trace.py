@@ -24,16 +24,16 @@ from evaluator.sandbox.spawn import Child
 
 
 class Trace:
-    """Records while entered: Batch.take_device / give_back, a reference joining a held device (Batch.join), and
-    each Child's messages as it finishes."""
+    """Records while entered: Batch.take_or_share (a take, or a share beside the holder) / give_back, a reference
+    joining a held device (Batch.join), and each Child's messages as it finishes."""
 
     def __init__(self):
-        self.holds: list[tuple[float, str, str, str]] = []  # (t, take|give, device, thread)
+        self.holds: list[tuple[float, str, str, str]] = []  # (t, take|share|give, device, thread)
         self.children: list[dict] = []
         self._lock = threading.Lock()
 
     def __enter__(self) -> "Trace":
-        self._take, self._give, self._join, self._finish = Batch.take_device, Batch.give_back, Batch.join, Child.finish
+        self._take, self._give, self._join, self._finish = Batch.take_or_share, Batch.give_back, Batch.join, Child.finish
         self._begin, self._devices = Child.begin, {}
         trace = self
 
@@ -43,10 +43,10 @@ class Trace:
                 return gpu
             return trace._begin(child, request, gated if gate else None)
 
-        def take_device(batch, want=None, joined=False):
-            device = trace._take(batch, want, joined)
-            trace._hold("take", device)
-            return device
+        def take_or_share(batch, want=None, joined=False, *args, **kwargs):
+            device, sharer = trace._take(batch, want, joined, *args, **kwargs)
+            trace._hold("share" if sharer else "take", device)  # take_device comes through here too
+            return device, sharer
 
         def join(batch, want, room):
             taken = trace._join(batch, want, room)
@@ -63,12 +63,12 @@ class Trace:
             trace._child(child, result)
             return result
 
-        Batch.take_device, Batch.give_back, Batch.join, Child.finish = take_device, give_back, join, finish
+        Batch.take_or_share, Batch.give_back, Batch.join, Child.finish = take_or_share, give_back, join, finish
         Child.begin = begin
         return self
 
     def __exit__(self, *exc) -> None:
-        Batch.take_device, Batch.give_back, Batch.join, Child.finish = self._take, self._give, self._join, self._finish
+        Batch.take_or_share, Batch.give_back, Batch.join, Child.finish = self._take, self._give, self._join, self._finish
         Child.begin = self._begin
 
     def _hold(self, op: str, device) -> None:

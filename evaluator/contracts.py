@@ -100,6 +100,9 @@ class EvalSettings(BaseModel):
     # CUDA, the same: the clock on the comparer's own stream, the outputs read by IPC (evaluator/child/cuda_fills.py);
     # off until its precision is measured on the device against the in-process design's
     cuda_forward_server: bool = False
+    # candidates whose untimed stages may run at once on one device, beside its holder, where candidates are forward
+    # servers (evaluator/parent/sharing.py); None: 2 on CUDA, 1 on CPU, whose untimed stages run on the timing cores
+    untimed_share: int | None = Field(None, ge=1)
     compile_baseline: bool = False  # also time torch.compile(reference)
     cpu_threads: int = Field(1, ge=1)  # CPU runs: same thread count for both sides; 1 keeps timings stable
     cpu_pairs: int = Field(3, ge=1)  # CPU runs: fresh process pairs a correct candidate is timed in (runner.py)
@@ -246,6 +249,8 @@ class Evidence(BaseModel):
     sandbox: dict[str, str] = Field(default_factory=dict)  # layer -> "on ..." or "off: why", as the child ran
     timing: TimingReport | None = None
     notes: list[str] = Field(default_factory=list)
+    beside_s: float | None = None  # seconds its untimed stages ran beside another candidate's hold (sharing)
+    rejudged_alone: bool = False  # it failed while sharing its device, and this verdict is its run alone
 
 
 class Verdict(BaseModel):

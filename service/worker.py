@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from db import Database, DatabaseError, JobRow
-from evaluator.build.precompiled import BUILD_TIMEOUT_S
+from evaluator.build import BUILD_TIMEOUT_S
 from evaluator.contracts import CandidateJob, EvalSettings, EvaluatorError
 from judging.judge import Submission, judge_and_store
 from reference_problems import ProblemError, resolve_problem

@@ -195,7 +195,7 @@ def test_a_candidate_gives_the_gpu_back_while_its_child_still_loads(cpu_settings
     and another candidate's loaded child takes it meanwhile (both ask for the comparer's device, as candidates
     do); on CPU a candidate holds the device from its start to its end."""
     from evaluator.parent import leases
-    from evaluator.parent.batch import Hold
+    from evaluator.parent.hold import Hold
 
     monkeypatch.setattr(leases, "LOCK_DIR", tmp_path / "locks")  # GPU 7 is no device here: `kforge status` never sees it
 

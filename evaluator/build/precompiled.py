@@ -50,7 +50,6 @@ from evaluator.build import lean_headers
 from evaluator.static import parse
 
 HEADER = "torch/extension.h"
-BUILD_TIMEOUT_S = 900.0  # ~70 s of CPU; wall time is what a loaded machine makes of it (a compile child gets 900 s too)
 _PROBE_NAME = "kforge_pch_probe"
 # Flags that change where headers come from (a candidate may write those directories at import), what gcc does
 # with them, or which program it runs (-wrapper): such a candidate compiles as before, without the precompiled header.

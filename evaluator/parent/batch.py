@@ -9,18 +9,20 @@ import secrets
 import tempfile
 import threading
 import weakref
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable
 
 import torch
 
-from evaluator.build import lean_headers, nvcc_driver, precompiled
+from evaluator.build import BUILD_TIMEOUT_S, lean_headers, nvcc_driver, precompiled
 from evaluator.parent import buildcache, leases
 from evaluator.sandbox import cgroups, disk, gpumemory
 from evaluator.contracts import EvalSettings, EvaluatorError
 from evaluator.hardware import device_memory, visible_gpus
 from evaluator.parent.jail_spec import jail_spec, require_layers
+from evaluator.parent.sharing import Sharer, Sharing
 from evaluator.protocol import (WARM_GPU, CandidateRequest, CompileRequest, ReferenceRequest, Request, ServeRequest,
                                 TimingRequest)
 from evaluator.sandbox.results import ChildResult
@@ -29,7 +31,6 @@ from evaluator.sandbox.spawn import TRITON_ON_CPU, Child, run_tool
 from reference_problems import Problem
 
 DEFAULT_BUILD_ROOT = Path.home() / ".cache" / "kforge" / "builds"
-T = TypeVar("T")
 _REQUESTS = {"compile": CompileRequest, "candidate": CandidateRequest, "reference": ReferenceRequest,
              "serve": ServeRequest}
 CLOSING_SHARE = 0.5  # of device memory: comparers still closing there, with what a new reference will hold (Batch.settle)
@@ -99,6 +100,9 @@ class Batch:
         self._room: dict[str | None, int] = {}  # device -> bytes its holder's last stages leave a reference (open_beside)
         self._beside: set[str | None] = set()  # devices where a reference runs beside the holder, first to take them next
         self._settled = threading.Condition()
+        self._kept: dict[str | None, int] = {}  # device -> its lease, kept between holders while its sharers run
+        self._next: Counter = Counter()  # device -> its sharers waiting to take it, ready to be timed (they go first)
+        self.sharing = Sharing(self.shares())
 
     def _check_sandbox(self) -> None:
         """Probe the jail once: in strict mode a missing layer stops the batch before any child runs."""
@@ -140,7 +144,7 @@ class Batch:
         scratch.mkdir(parents=True, exist_ok=True)
         (self.build_root / "pch").mkdir(parents=True, exist_ok=True)  # made now, so the jail sees whether it can reach it
         spec = jail_spec([scratch], [self.build_root / "pch"])
-        limits = self.settings.limits.model_copy(update={"timeout_s": precompiled.BUILD_TIMEOUT_S})
+        limits = self.settings.limits.model_copy(update={"timeout_s": BUILD_TIMEOUT_S})
         return lambda cmd, log: run_tool(cmd, scratch, spec, limits, log, self.stop, self.cores[1], COMPILE_NICE)
 
     def reference_seeds(self) -> list[tuple[str, int]]:
@@ -164,6 +168,14 @@ class Batch:
         rounds: on CPU where EvalSettings.forward_server asks for it, on CUDA where cuda_forward_server does."""
         s = self.settings
         return s.forward_server and (s.device == "cpu" or s.cuda_forward_server) and s.timing and s.paired
+
+    def shares(self) -> int:
+        """How many candidates run at once on one device, one holding it and the others sharing it for their
+        untimed stages (sharing.py): EvalSettings.untimed_share, or 2 on CUDA and 1 on CPU; sharing needs the
+        candidates' timed stages to be the parent's (trusted_timing), so that it knows when they begin."""
+        s = self.settings
+        share = s.untimed_share or (2 if s.device == "cuda" else 1)
+        return share if self.trusted_timing() else 1
 
     def pairs(self, role: str = "candidate") -> int:
         """The fresh process pairs (reference, candidate) a correct candidate is timed in: on CPU with paired
@@ -229,30 +241,65 @@ class Batch:
             raise
         return child.finish()
 
-    def take_device(self, want: str | None = None, joined: bool = False) -> str | None:
+    def take_device(self, want: str | None = None, joined: bool = False, first: bool = False) -> str | None:
         """A free device of the batch, or device `want` (waits for it); gives up when the batch is stopped. A device
         is also leased against every other kforge process on this machine (leases.py: an flock, released by the
         kernel if this process dies, and a line in which they take turns): two submitters never time or leak-check
         on one GPU (or the CPU) at the same time. A device where a reference runs beside its holder goes to that
-        reference next (`joined`: the caller is it), so what it made is timed without waiting behind others."""
+        reference next (`joined`: the caller is it), so what it made is timed without waiting behind others; then to
+        a candidate that shared it and is ready to be timed (`first`), ahead of candidates that have not begun."""
+        return self.take_or_share(want, joined, first=first)[0]
+
+    def take_or_share(self, want: str | None = None, joined: bool = False, share: str = "",
+                      fits: Callable[[str | None], bool] = lambda device: True,
+                      first: bool = False) -> tuple[str | None, Sharer | None]:
+        """take_device, or where `share` names a candidate (and sharing.py admits it: a slot, nothing timed there,
+        `fits(device)`), a place beside the holder of a device this batch holds, whichever comes first: (the
+        device, None) taken, (the device, its Sharer) shared."""
         with self._freed:
             tried: set[str | None] = set()
-            while not self.stop.is_set():
-                free = [want] if want in self._free else [] if want is not None else sorted(self._free, key=str)
-                for device in free:
-                    if device in self._beside and not joined:
-                        continue
-                    lock = self._lease(device).take()
-                    tried.add(device)
-                    if lock is not None:
-                        self._free.discard(device)
-                        self._beside.discard(device)
-                        self._locks[device] = lock
-                        self._leave(tried - {device})
-                        return device
-                self._freed.wait(timeout=0.25)
-            self._leave(tried)
+            self._next[want] += first
+            try:
+                return self._take_or_share(want, joined, share, fits, first, tried)
+            finally:
+                self._next[want] -= first
+
+    def _take_or_share(self, want: str | None, joined: bool, share: str, fits: Callable[[str | None], bool],
+                       first: bool, tried: set[str | None]) -> tuple[str | None, Sharer | None]:
+        """take_or_share's wait, with self._freed held."""
+        while not self.stop.is_set():
+            free = [want] if want in self._free else [] if want is not None else sorted(self._free, key=str)
+            for device in free:
+                if (device in self._beside and not joined) or (self._next[device] and not (first or joined)):
+                    continue
+                lock = self._reuse(device) if device in self._kept else self._lease(device).take()
+                tried.add(device)
+                if lock is not None:
+                    self._free.discard(device)
+                    self._beside.discard(device)
+                    self._locks[device] = lock
+                    self._leave(tried - {device})
+                    return device, None
+            for device in [d for d in ([want] if want is not None else self.gpus) if d in self._locks] if share else []:
+                if sharer := self.sharing.admit(device, share, lambda: fits(device)):
+                    self._leave(tried)
+                    return device, sharer
+            self._freed.wait(timeout=0.25)
+        self._leave(tried)
         raise EvaluatorError("the batch was stopped")
+
+    def _reuse(self, device: str | None) -> int:
+        """The lease kept for `device`'s sharers, for its next holder: taken without a wait."""
+        self._lease(device).waited_s = 0.0
+        return self._kept.pop(device)
+
+    def unshare(self, sharer: Sharer) -> None:
+        """A sharer leaves its device; the last to leave a device no holder has lets its lease go."""
+        with self._freed:
+            self.sharing.leave(sharer)
+            if sharer.device in self._kept and not self.sharing.active(sharer.device):
+                leases.Lease.give_back(self._kept.pop(sharer.device))
+            self._freed.notify_all()
 
     def open_beside(self, device: str | None, room: int) -> None:
         """The holder of `device` is in its last stages, nothing of it timed any more (its timed rounds ended,
@@ -319,65 +366,12 @@ class Batch:
         with self._freed:
             self._room.pop(device, None)
             lock = self._locks.pop(device, None)
-            if lock is not None:
+            if lock is not None and self.sharing.active(device):
+                self._kept[device] = lock  # its sharers still run: no other kforge process may time there
+            elif lock is not None:
                 leases.Lease.give_back(lock)
             self._free.add(device)
             self._freed.notify_all()
-
-
-class Hold:
-    """One device of the batch for one candidate: taken when a child of it calls the hold (its gate, `want`: the
-    GPU where the candidate's comparer lives) and kept until the candidate ends, or until `release` while nothing
-    of it runs on the device. On CUDA a child loads (interpreter and torch, seconds) before it asks; on CPU the
-    device is held from the start, so that no load slows another child's timed run. `waited_s`: the seconds its
-    takes waited for other kforge processes (the verdict's `device_wait`). `beside`: its reference runs beside
-    another candidate's last stages (`join`) and takes the device next."""
-
-    def __init__(self, batch: Batch):
-        self.batch, self.device, self.held, self.beside, self.waited_s = batch, None, False, False, 0.0
-        if batch.settings.device == "cpu":
-            self(None)
-
-    def __call__(self, want: str | None = None) -> str | None:
-        if not self.held:
-            self._taken(self.batch.take_device(want, joined=self.beside))
-            self.beside = False
-        return self.device
-
-    def _taken(self, device: str | None) -> None:
-        self.device, self.held = device, True
-        self.waited_s += self.batch.device_wait_s(device)
-
-    def join(self, want: str | None, room: int) -> tuple[str | None, bool]:
-        """The device for the untimed work of this candidate's reference (trusted: the problem's own code), which
-        will hold `room` bytes, and whether that is beside the holder of `want` in its last stages (Batch.join);
-        else it is held. The reference calls the hold itself before it times anything."""
-        if self.held or want is None or self.batch.settings.device == "cpu":
-            return self(want), False
-        if self.batch.join(want, room):
-            self._taken(want)
-        else:
-            self.device, self.beside = want, True
-        return want, self.beside
-
-    def release(self) -> None:
-        """Give the device back (CUDA only) while this candidate's next child still loads: the reference it ran
-        is ready, and another loaded child may use the device meanwhile."""
-        if self.held and self.batch.settings.device != "cpu":
-            self.batch.give_back(self.device)
-            self.held = False
-
-
-def on_free_device(batch: Batch, run: Callable[[Hold], T]) -> tuple[T, Hold]:
-    """run(hold), then the device given back if held; also the hold (the device it last ran on, its waits)."""
-    hold = Hold(batch)
-    try:
-        return run(hold), hold
-    finally:
-        if hold.held:
-            batch.give_back(hold.device)
-        elif hold.beside:  # its reference failed or the batch stopped before it took the device
-            batch.leave_beside(hold.device)
 
 
 def _sized(settings: EvalSettings, children: int) -> EvalSettings:

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from evaluator.build import precompiled
+from evaluator.build import BUILD_TIMEOUT_S, precompiled
 from evaluator.diagnose import first_error
 from evaluator.sandbox.results import ChildResult, open_regular
 from evaluator.build.precompiled import Variant
@@ -245,7 +245,7 @@ def _compile(v: Variant, scratch: Path, tool: Tool) -> str:
     precompiled.replace_atomically(v.directory / "build.log", lambda tmp: copy_regular(log, tmp))
     if code is None:
         _count_attempt(v)
-        return f"build timed out after {precompiled.BUILD_TIMEOUT_S:.0f} s"
+        return f"build timed out after {BUILD_TIMEOUT_S:.0f} s"
     if code == 0 and out.is_file():
         precompiled.replace_atomically(v.gch, lambda tmp: copy_regular(out, tmp))
         return f"built in {time.perf_counter() - start:.1f} s"

@@ -33,6 +33,7 @@ class Prepared(BaseModel):
     job: CandidateJob
     build_dir: Path
     workdir: Path  # the candidate child's scratch, in the candidate's disk
+    run: int = 0  # which run of it this is: one that failed while sharing is run again alone (runner.py)
 
     @property
     def candidate(self) -> Path:

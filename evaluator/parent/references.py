@@ -125,7 +125,10 @@ class ReferenceServer:
                 raise ReferenceFailed(self.failure)
             return self.reference
 
-    def _run(self, take: Callable[[str | None], str | None], join: Join | None = None) -> None:
+    def _run(self, take: Callable[[str | None], str | None], join: Join | None = None, timed: bool = True) -> None:
+        """The reference child's run to `ready`; while it times its model, every candidate sharing the device is
+        frozen (evaluator.parent.sharing), unless `timed` is False: a replacement's times are not kept, and it may
+        run inside a sharer's own request."""
         batch = self.batch
         budget = int(_RESIDENT_SHARE * device_memory(batch.settings.device))
         folder = None
@@ -136,9 +139,13 @@ class ReferenceServer:
                                 exchange=str(folder) if folder else None)
         settled: list[float] = []
         joined: list[bool] = []
-        self.child.on_message = lambda message: self._quiet(take, settled) if message.get("event") == "quiet" else None
+        resumes: list[Callable[[], None]] = []
+        self.child.on_message = lambda message: self._quiet(take, settled, resumes if timed else None) \
+            if message.get("event") == "quiet" else None
         self.child.begin(request, gate=lambda: self._pin(self._enter(take, join, joined)))
         ready = self.child.wait_for("ready")
+        for resume in resumes:
+            resume()
         if ready is None:
             self.close()
             if any(joined):  # it ran beside another candidate, whose doing its failure may be: once more, alone
@@ -164,7 +171,7 @@ class ReferenceServer:
         _log.warning("kforge's comparer for '%s' was lost (%s): a fresh one replaces it", self.problem.name, self.lost)
         kept, self.lost = self.reference, ""
         self.child = _LASTING.submit(_spawn, self.batch, self.problem, self.gpu, self.pair).result()
-        self._run(take, join)
+        self._run(take, join, timed=False)
         self.reference = kept
 
     def _enter(self, take: Callable[[str | None], str | None], join: Join | None, joined: list[bool]) -> str | None:
@@ -178,15 +185,19 @@ class ReferenceServer:
         self.batch.settle(gpu, self.room)
         return gpu
 
-    def _quiet(self, take: Callable[[str | None], str | None], settled: list[float]) -> Go | None:
-        """The child's outputs are made: it times its model once it holds the device and no comparer is closing
-        there (the seconds waited are not its run's). No answer where the batch stopped meanwhile."""
+    def _quiet(self, take: Callable[[str | None], str | None], settled: list[float],
+               resumes: list[Callable[[], None]] | None) -> Go | None:
+        """The child's outputs are made: it times its model once it holds the device, no comparer is closing
+        there and, where `resumes` collects the call that lets them go on, the device's sharers are frozen (the
+        seconds waited are not its run's). No answer where the batch stopped meanwhile."""
         start = time.monotonic()
         try:
             take(self.gpu)
         except EvaluatorError:
             return None
         self.batch.settle(self.gpu)
+        if resumes is not None:
+            resumes.append(self.batch.sharing.pause(self.gpu, f"the reference of {self.problem.name}"))
         settled.append(time.monotonic() - start)
         return Go(go=True)
 

@@ -15,7 +15,8 @@ from typing import Callable, Iterable, Iterator
 
 from evaluator import exchange
 
-from evaluator.parent.batch import BESIDE_SHARE, Batch, Hold, on_free_device
+from evaluator.parent.batch import BESIDE_SHARE, Batch
+from evaluator.parent.hold import Hold, on_free_device
 from evaluator.parent.compiles import Prepared, compile_failure, compile_once, free, prepare
 from evaluator.verdict.checks import Checks
 from evaluator.contracts import CandidateJob, EvalSettings, Evidence, Status, Verdict
@@ -58,7 +59,7 @@ def _opener(batch: Batch, take: Hold) -> Callable[[], None]:
 
 
 def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: dict[str, dict], pacer: Pacer,
-           memory: ProcessMemory, waited: dict[str, float], checks: Checks, opened: Callable[[], None],
+           memory: ProcessMemory, waited: dict[str, float], checks: Checks, take: Hold,
            compared: Callable[[], None], serve: Callable[[], None] | None = None):
     """The candidate child's handoffs, answered: each call's outputs go to the problem's comparer, the answer
     is kept for the judge (and the seconds it took in `waited`), and the child is told to go on. On CPU the
@@ -68,8 +69,10 @@ def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: d
     On CUDA its probe, once the rounds ended and the verify call was compared, is the comparer's last use by this
     candidate (`compared`): the problem's last candidate lets it close beside its own final check and exit, which
     the next reference's timing would otherwise wait out. A handoff after it was forged: the harness sends its
-    probe last."""
+    probe last. While the candidate shares its device (`take`, sharing.py), a comparison never runs beside
+    anything timed there."""
     probed: list[bool] = []
+    opened = _opener(batch, take)
 
     def on_message(message: dict) -> Ack | Check | Go | None:
         if serve is not None and message.get("event") == "serving" and not probed:
@@ -107,7 +110,8 @@ def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: d
         path = prep.workdir / "out" / f"{label}{OUTPUT_SUFFIX}" if batch.settings.device == "cpu" else None
         trial = int(label.removeprefix("trial_")) if label.startswith("trial_") else -1
         start = time.monotonic()
-        comparisons[label] = server.compare(label, label, trial, message.get("outputs"), path)
+        with take.untimed():
+            comparisons[label] = server.compare(label, label, trial, message.get("outputs"), path)
         waited["comparer"] += time.monotonic() - start
         waited["comparer_work"] += comparisons[label].get("work_s", 0.0)
         waited["comparer_recompute"] += comparisons[label].get("recompute_s", 0.0)
@@ -119,21 +123,24 @@ def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: d
 
 def _exchange(batch: Batch, prep: Prepared, gpu: str | None, pair: int) -> tuple[Path, str] | None:
     """Where the candidate's forward exchange for process pair `pair` lies (its comparer's folder, its name there),
-    where the parent times it (Batch.trusted_timing)."""
+    where the parent times it (Batch.trusted_timing). Each run has names of its own: the comparer keeps the layout
+    of every exchange it filled."""
     if not batch.trusted_timing():
         return None
-    return exchanges(batch, prep.job.problem, gpu, pair), f"{prep.workdir.name}-{pair}"
+    return exchanges(batch, prep.job.problem, gpu, pair), f"{prep.workdir.name}-{pair}" + (f"-{prep.run}" if prep.run else "")
 
 
-def _spawn_candidate(batch: Batch, prep: Prepared, gpu: str | None, pair: int = 0) -> Child:
+def _spawn_candidate(batch: Batch, prep: Prepared, gpu: str | None, pair: int = 0, hold: Hold | None = None) -> Child:
     """The candidate's child, started (interpreter, jail, torch) for `gpu`, not yet told anything; its forward
-    exchange made first, so its jail can name its inputs file."""
+    exchange made first, so its jail can name its inputs file. Made through its `hold` where it has one."""
     found = _exchange(batch, prep, gpu, pair)
     inputs = exchange.create(*found) if found else None
-    return batch.spawn(prep.workdir, prep.build_dir, prep.job.problem, prep.candidate, gpu=gpu, exchange=inputs)
+    make = lambda: batch.spawn(prep.workdir, prep.build_dir, prep.job.problem, prep.candidate, gpu=gpu,  # noqa: E731
+                               exchange=inputs)
+    return hold.spawned(make) if hold else make()
 
 
-def _reference_server(batch: Batch, prep: Prepared, gpu: str | None, pair: int) -> Child:
+def _reference_server(batch: Batch, prep: Prepared, gpu: str | None, pair: int, hold: Hold) -> Child:
     """The problem's reference as a forward server, in a fresh child of its own beside the candidate's (started
     now, while the candidate runs its untimed stages), with its exchange in the same folder: both sides are then
     timed in a process that did not fill its inputs. Served by the comparer itself, whose last act before each call
@@ -141,16 +148,17 @@ def _reference_server(batch: Batch, prep: Prepared, gpu: str | None, pair: int) 
     folder, name = _exchange(batch, prep, gpu, pair)
     inputs = exchange.create(folder, f"{name}-{REFERENCE}")
     workdir = folder.parent / "serve" / name
-    child = batch.spawn(workdir, workdir / "build", prep.job.problem, gpu=gpu, exchange=inputs)
+    child = hold.spawned(lambda: batch.spawn(workdir, workdir / "build", prep.job.problem, gpu=gpu, exchange=inputs))
     child.begin(batch.request("serve", prep.job.problem, workdir / "out", exchange=str(inputs)))
     return child
 
 
 def _serve(batch: Batch, prep: Prepared, server: ReferenceServer, child: Child, reference: Child, pair: int,
-           pacer: Pacer, checks: Checks, comparisons: dict[str, dict]) -> Callable[[], None]:
-    """What the parent does when the candidate's child says it is serving: times it (evaluator.parent.trusted_timing)
-    beside its reference's server, then has the comparer judge the calls it drew and the verify call, from its own
-    reads. A reference server that never served is kforge's failure, not the candidate's."""
+           pacer: Pacer, checks: Checks, comparisons: dict[str, dict], take: Hold) -> Callable[[], None]:
+    """What the parent does when the candidate's child says it is serving: takes its device if it only shared it,
+    times it (evaluator.parent.trusted_timing) beside its reference's server with every sharer of the device
+    frozen, then has the comparer judge the calls it drew and the verify call, from its own reads. A reference
+    server that never served is kforge's failure, not the candidate's."""
     def untimed(why: str) -> None:
         """kforge's own failure: every call it drew and did not compare, and the verify call, carry it (never a
         call 'not handed over', which would be the candidate's)."""
@@ -173,13 +181,16 @@ def _serve(batch: Batch, prep: Prepared, server: ReferenceServer, child: Child, 
             reference.finish(wait=False)
             return untimed(f"the reference's forward server did not start: "
                            f"{reference.result.log_tail(300).strip() or 'no log'}")
+        gpu = take(server.gpu)
+        batch.settle(gpu)
         comparer = server.live()  # one killed in the candidate's trials is replaced first
         if isinstance(comparer, str):
             return untimed(comparer)
         timer = TrustedTiming(comparer, child, reference, folder, name, batch.settings,
                               batch.settings.rep_ms / batch.pairs(), cores=batch.cores[1])
         timer.done.paired = pacer.paired  # one record: a pace the candidate forged is named there too
-        done = timer.run(child.paused)
+        with batch.sharing.timed(gpu, prep.job.path.name):
+            done = timer.run(child.paused)
         pacer.paired.timing, pacer.ended = done.timing, True
         checks.asked += [*done.asked, *(["verify"] if "verify" in done.snapshots else [])]
         for label, (metas, path) in done.snapshots.items():  # path None: the comparer kept the snapshot (CUDA)
@@ -199,30 +210,49 @@ def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts |
     problem's FLOPs: the first candidates of a batch waited ~3 s for them while holding the GPU). Its problem's
     last candidate closes the comparer once done with it (on CUDA at its probe, see _relay), which lets go of its
     outputs in the background: the next problem's reference makes its outputs beside it only where both fit
-    (KernelBench's norm problems hold 7.5 GB a tensor), and nothing is timed there until it is gone (Batch.settle)."""
-    began, finished = [], functools.cache(functools.partial(problems.finished_one, prep.job.problem))  # once
+    (KernelBench's norm problems hold 7.5 GB a tensor), and nothing is timed there until it is gone (Batch.settle).
+    A candidate that shared its device for its untimed stages (evaluator.parent.sharing) and failed is judged again
+    alone, in fresh children, before its failure is believed; that verdict is the one returned."""
+    finished = functools.cache(functools.partial(problems.finished_one, prep.job.problem))  # once
+    ahead = [child] if child is not None else []  # the child loaded ahead serves the first run only
 
     def run(take: Hold) -> Verdict | Ran:
-        began.append(True)
-        try:
-            return _run_compiled(batch, problems, prep, take, child or _spawn_candidate(batch, prep, gpu), gpu, finished)
+        first = ahead.pop() if ahead else _spawn_candidate(batch, prep, gpu, hold=take)
+        try:  # a run that shared may be run again: its comparer stays open until then
+            return _run_compiled(batch, problems, prep, take, first, gpu, lambda: None if take.shared else finished())
         finally:
-            finished()
+            if not take.shared:
+                finished()
 
     batch.on_stage(prep.job, "running")
     try:
-        ran, hold = on_free_device(batch, run)
+        found, hold = _judged_run(batch, costs, prep, compiled, run, share=prep.job.path.name)
+        if hold.shared and found.status is not Status.CORRECT:
+            _log.info("%s was %s beside another candidate (%s): judged again alone", prep.job.path.name,
+                      found.status.value, found.evidence.cause)
+            beside = f"judged again alone: beside another candidate it was {found.status.value}: {found.evidence.cause}"
+            prep.run += 1
+            found, _ = _judged_run(batch, costs, prep, compiled, run, share="")
+            found.evidence.rejudged_alone = True
+            found.evidence.notes.append(beside[:300])
+        found.evidence.beside_s = round(hold.beside_s, 3) if hold.shared else None
     finally:
-        if not began:  # the batch stopped before the run began
-            finished()
-            if child is not None:
-                child.finish(wait=False)
+        finished()
+        for loaded in ahead:  # the batch stopped before the run began
+            loaded.finish(wait=False)
+    free(prep.workdir)
+    return found
+
+
+def _judged_run(batch: Batch, costs: ProblemCosts | None, prep: Prepared, compiled: ChildResult,
+                run: Callable[[Hold], Verdict | Ran], share: str) -> tuple[Verdict, Hold]:
+    """One run of the candidate on a device (shared for its untimed stages where `share` names it), judged."""
+    ran, hold = on_free_device(batch, run, share)
     found = _within_budgets(judged(batch, costs, prep.job, compiled, ran), ran) if isinstance(ran, Ran) else ran
     found.evidence.gpu = hold.device
     if hold.waited_s:
         found.evidence.stage_s["device_wait"] = round(hold.waited_s, 3)
-    free(prep.workdir)
-    return found
+    return found, hold
 
 
 def _within_budgets(found: Verdict, ran: Ran) -> Verdict:
@@ -246,7 +276,7 @@ def _run_compiled(batch: Batch, problems: OpenProblems, prep: Prepared, take: Ho
     runs = [_run_pair(batch, problems, prep, take, child, gpu, 0, finished)]
     while len(runs) < batch.pairs() and isinstance(runs[-1], Ran) and not settings.interprets(text) \
             and _timed_correct(runs[-1].outcome(settings, prep.job.problem.meta, language=settings.language_of(text))):
-        runs.append(_run_pair(batch, problems, prep, take, _spawn_candidate(batch, prep, gpu, len(runs)), gpu, len(runs),
+        runs.append(_run_pair(batch, problems, prep, take, _spawn_candidate(batch, prep, gpu, len(runs), take), gpu, len(runs),
                               finished))
     first, *more = runs
     if isinstance(first, Ran):  # a later pair whose reference failed where the first's ran: pool what ran
@@ -267,7 +297,7 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, 
     server, comparisons, waited = problems.server(problem, gpu, pair), {}, {"comparer": 0.0, "comparer_work": 0.0, "comparer_recompute": 0.0}
     trusted = batch.trusted_timing()  # then the candidate paces nothing and is asked for no timed call's outputs
     pacer = Pacer(server.time_block, settings.rel_ci, settings.max_reps, on=settings.paired and not trusted)
-    memory = ProcessMemory(lambda: take.device if take.held and settings.device == "cuda" else None, child.proc.pid)
+    memory = ProcessMemory(lambda: take.on if settings.device == "cuda" else None, child.proc.pid)
     checks = Checks(0 if trusted else settings.max_reps)
     pacer.hold = child.paused  # the candidate's processes are stopped while its reference block runs
     waiting = time.monotonic()
@@ -277,18 +307,19 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, 
         child.finish(wait=False)
         return Verdict.of(prep.job, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
     waited_s = time.monotonic() - waiting
-    reference = _reference_server(batch, prep, server.gpu, pair) if trusted else None
-    serve = _serve(batch, prep, server, child, reference, pair, pacer, checks, comparisons) if reference else None
+    reference = _reference_server(batch, prep, server.gpu, pair, take) if trusted else None
+    serve = _serve(batch, prep, server, child, reference, pair, pacer, checks, comparisons, take) if reference else None
     child.on_message = _relay(batch, prep, server, comparisons, pacer, memory, waited, checks,  # it has sent only `loaded`
-                              _opener(batch, take), finished, serve)
+                              take, finished, serve)
     if child.result.arrival("loaded") is None:
         take.release()  # the reference ran on it; this child takes it again once loaded
     budget = run_budget(settings, ref)
     child.limits = budget.limits
     beside: list[str] = []
 
-    def gate() -> str | None:
-        gpu = take(server.gpu)
+    def gate() -> str | None:  # shared where it may be (Hold.enter): the candidate takes it before it is timed
+        gpu = take.enter(server.gpu, ref.footprint) if trusted else take(server.gpu)
+        take.adopt(child, reference)
         batch.settle(gpu)  # a comparer closing there is gone before anything of the candidate runs
         beside.append(problems.held(gpu))
         return gpu

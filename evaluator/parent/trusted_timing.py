@@ -83,7 +83,7 @@ class TrustedTiming:
 
     def __init__(self, comparer, candidate, reference, folder: Path, name: str, settings, rep_ms: float,
                  cores: set[int] | None):
-        deadline = candidate.result.started + candidate.limits.timeout_s
+        deadline = candidate.deadline()
         self.comparer, self.candidate, self.reference, self.folder, self.name = comparer, candidate, reference, folder, name
         self.settings, self.rep_ms, self.cores = settings, rep_ms, cores
         alive = lambda: all(c.proc.poll() is None for c in (comparer, candidate, reference))  # noqa: E731

@@ -256,6 +256,7 @@ class Child:
         workdir.mkdir(parents=True, exist_ok=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         self.limits, self.stop, self.on_message = limits, stop or threading.Event(), on_message
+        self.excused_s = 0.0  # seconds kforge held it frozen or waiting for its device beside others (deadline)
         self.result = ChildResult(log_path=workdir / LOG, spawned=time.monotonic())
         self._arrived = threading.Condition()
         req_r, req_w = os.pipe()
@@ -327,6 +328,23 @@ class Child:
         else:
             cgroups.freeze_group(self.proc.pid, frozen)
 
+    def freeze(self) -> None:
+        """Every process of the child stopped until `thaw` (another candidate is timed on its device: sharing.py)."""
+        self._freeze(True)
+
+    def thaw(self, frozen_s: float) -> None:
+        """Let it go on after `freeze`; the `frozen_s` it stood still are added to its budget."""
+        self._freeze(False)
+        self.excused_s += frozen_s
+
+    def kill(self) -> None:
+        """SIGKILL to its whole group now; its runner's `finish` reads the death."""
+        _signal_group(self.proc, signal.SIGKILL)
+
+    def deadline(self) -> float:
+        """When its run budget ends: from its start, plus the seconds kforge made it stand still (`excused_s`)."""
+        return self.result.started + self.limits.timeout_s + self.excused_s
+
     def begin(self, request: Request, gate: Callable[[], str | None] | None = None) -> None:
         """The request goes out, and the child's clock starts, once the child is loaded (interpreter, jail, torch:
         seconds) and then the gate (if any) gives it a device: a device is never held by a child still loading
@@ -384,8 +402,7 @@ class Child:
 
     def _wait(self) -> None:
         """Until it ends, or must be stopped."""
-        deadline = self.result.started + self.limits.timeout_s
-        while self.proc.poll() is None and not self._ended_early(deadline):
+        while self.proc.poll() is None and not self._ended_early(self.deadline()):
             _wait_exit(self.proc, _MEMORY_POLL_S)
         self.result.wall_s = time.monotonic() - self.result.started
 
