@@ -377,7 +377,7 @@ def test_a_candidates_probe_frees_its_comparer_only_after_its_rounds_and_its_ver
     pacer = Pacer(lambda first, reps: [1.0] * reps, rel_ci=None, max_reps=100)
     comparisons: dict[str, dict] = {}
     relay = _relay(batch, SimpleNamespace(workdir=tmp_path), None, comparisons, pacer, None, {}, Checks(100),
-                   lambda: None, lambda: freed.append("comparer"))
+                   SimpleNamespace(held=False), lambda: freed.append("comparer"))  # a hold that never held the GPU
     probe = {"event": "probe", "outputs": {}, "inputs_changed": False}
     assert relay(probe) is None and freed == []  # rounds still to come
     assert relay({"event": "pace", "which": 0, "reps": 0, "last_round": [], "least": 0}).go is False

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from conftest import SOLUTIONS, kforge_runner
+from conftest import SOLUTIONS, SPREAD, kforge_runner
 from db import Database
 from evaluator import EvalSettings, Status, Verdict
 from judging.api import Judge, Judgment
@@ -311,16 +311,17 @@ def own_token_file(path: Path) -> tuple[Path, str]:
 
 
 def consistent(one: Judgment, other: Judgment) -> bool:
-    """Two timings of one kernel agree where their intervals meet: each point inside the other's is stricter than
-    two independent 95 % intervals are (a loaded 2-core machine put one 2 % outside)."""
-    (low, high), (low2, high2) = (j.verdict.evidence.timing.speedup_interval for j in (one, other))
-    return low <= high2 and low2 <= high
+    """Two timings of one kernel in fresh processes agree within this VM's spread between such evaluations
+    (conftest.SPREAD): a verdict's interval covers its own process pair's noise, not where the next pair lands
+    (2.32x (2.19-2.41) here and 2.03x (1.94-2.15) remotely, on a loaded 2-core machine)."""
+    a, b = one.verdict.speedup, other.verdict.speedup
+    return max(a, b) <= SPREAD * min(a, b)
 
 
 @pytest.mark.slow
 def test_a_remote_judge_gives_the_judgments_a_local_one_gives(served, tmp_path: Path, build_root: Path) -> None:
     """The same pairs judged here (LocalBackend, at the settings `kforge serve` judges at) and on a server with a db
-    of its own (RemoteBackend): the same statuses, correct speedups whose intervals meet, and each remote
+    of its own (RemoteBackend): the same statuses, correct speedups within the VM's spread, and each remote
     verdict the one the server stored. Asked again, every verdict is taken back; code stored for one problem and
     sent for another is the job's failure, in one line."""
     settings = EvalSettings(device="cpu", size="small", build_root=build_root)

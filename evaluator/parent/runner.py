@@ -1,6 +1,7 @@
 """Orchestrates a batch: static checks and parallel compiles (evaluator.parent.compiles), one trusted reference per
-open problem, then each candidate alone on the device, judged in this (parent) process (evaluator.parent.verdicts).
-Yields verdicts; stores nothing."""
+open problem, then each candidate on the device, alone while anything of it is timed (its untimed stages perhaps
+beside another's: evaluator.parent.sharing), judged in this (parent) process (evaluator.parent.verdicts). Yields
+verdicts; stores nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import logging
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from evaluator import exchange
@@ -26,9 +26,9 @@ from evaluator.sandbox import gpumemory
 from evaluator.sandbox.gpumemory import ProcessMemory
 from evaluator.verdict.case import Outcome, Reference, harness_call
 from evaluator.verdict.pacing import Pacer
-from evaluator.protocol import Ack, Arm, Check, Go
-from evaluator.parent.references import OpenProblems, ReferenceFailed, ReferenceServer, exchanges, run_budget_s
-from evaluator.parent.trusted_timing import REFERENCE, TrustedTiming
+from evaluator.protocol import Ack, Check, Go
+from evaluator.parent.references import OpenProblems, ReferenceFailed, ReferenceServer, run_budget_s
+from evaluator.parent.serving import exchange_of, reference_server, served
 from evaluator.parent.stream import Arrivals, JobStream
 from evaluator.sandbox.results import Budget, ChildResult
 from evaluator.sandbox.spawn import Child
@@ -121,87 +121,14 @@ def _relay(batch: Batch, prep: Prepared, server: ReferenceServer, comparisons: d
     return on_message
 
 
-def _exchange(batch: Batch, prep: Prepared, gpu: str | None, pair: int) -> tuple[Path, str] | None:
-    """Where the candidate's forward exchange for process pair `pair` lies (its comparer's folder, its name there),
-    where the parent times it (Batch.trusted_timing). Each run has names of its own: the comparer keeps the layout
-    of every exchange it filled."""
-    if not batch.trusted_timing():
-        return None
-    return exchanges(batch, prep.job.problem, gpu, pair), f"{prep.workdir.name}-{pair}" + (f"-{prep.run}" if prep.run else "")
-
-
 def _spawn_candidate(batch: Batch, prep: Prepared, gpu: str | None, pair: int = 0, hold: Hold | None = None) -> Child:
     """The candidate's child, started (interpreter, jail, torch) for `gpu`, not yet told anything; its forward
     exchange made first, so its jail can name its inputs file. Made through its `hold` where it has one."""
-    found = _exchange(batch, prep, gpu, pair)
+    found = exchange_of(batch, prep, gpu, pair)
     inputs = exchange.create(*found) if found else None
     make = lambda: batch.spawn(prep.workdir, prep.build_dir, prep.job.problem, prep.candidate, gpu=gpu,  # noqa: E731
                                exchange=inputs)
     return hold.spawned(make) if hold else make()
-
-
-def _reference_server(batch: Batch, prep: Prepared, gpu: str | None, pair: int, hold: Hold) -> Child:
-    """The problem's reference as a forward server, in a fresh child of its own beside the candidate's (started
-    now, while the candidate runs its untimed stages), with its exchange in the same folder: both sides are then
-    timed in a process that did not fill its inputs. Served by the comparer itself, whose last act before each call
-    was writing them, an identical candidate timed 0.84-0.93x its reference with a core hogged."""
-    folder, name = _exchange(batch, prep, gpu, pair)
-    inputs = exchange.create(folder, f"{name}-{REFERENCE}")
-    workdir = folder.parent / "serve" / name
-    child = hold.spawned(lambda: batch.spawn(workdir, workdir / "build", prep.job.problem, gpu=gpu, exchange=inputs))
-    child.begin(batch.request("serve", prep.job.problem, workdir / "out", exchange=str(inputs)))
-    return child
-
-
-def _serve(batch: Batch, prep: Prepared, server: ReferenceServer, child: Child, reference: Child, pair: int,
-           pacer: Pacer, checks: Checks, comparisons: dict[str, dict], take: Hold) -> Callable[[], None]:
-    """What the parent does when the candidate's child says it is serving: takes its device if it only shared it,
-    times it (evaluator.parent.trusted_timing) beside its reference's server with every sharer of the device
-    frozen, then has the comparer judge the calls it drew and the verify call, from its own reads. A reference
-    server that never served is kforge's failure, not the candidate's."""
-    def untimed(why: str) -> None:
-        """kforge's own failure: every call it drew and did not compare, and the verify call, carry it (never a
-        call 'not handed over', which would be the candidate's)."""
-        checks.asked.append("verify")
-        for label in checks.asked:
-            comparisons.setdefault(label, {"error": why, "comparer_died": True})
-        child.send(Arm(end=True))
-
-    def serve() -> None:
-        try:
-            timed()
-        except Exception as exc:  # kforge's own failure: said, and the candidate told to end, not left waiting
-            _log.exception("timing a forward server failed")
-            untimed(f"kforge failed timing the forward server: {type(exc).__name__}: {exc}")
-
-    def timed() -> None:
-        folder, name = _exchange(batch, prep, server.gpu, pair)
-        serving = reference.wait_for("serving", timeout_s=run_budget_s(batch.settings, server.reference))
-        if serving is None:
-            reference.finish(wait=False)
-            return untimed(f"the reference's forward server did not start: "
-                           f"{reference.result.log_tail(300).strip() or 'no log'}")
-        gpu = take(server.gpu)
-        batch.settle(gpu)
-        comparer = server.live()  # one killed in the candidate's trials is replaced first
-        if isinstance(comparer, str):
-            return untimed(comparer)
-        timer = TrustedTiming(comparer, child, reference, folder, name, batch.settings,
-                              batch.settings.rep_ms / batch.pairs(), cores=batch.cores[1])
-        timer.done.paired = pacer.paired  # one record: a pace the candidate forged is named there too
-        with batch.sharing.timed(gpu, prep.job.path.name):
-            done = timer.run(child.paused)
-        pacer.paired.timing, pacer.ended = done.timing, True
-        checks.asked += [*done.asked, *(["verify"] if "verify" in done.snapshots else [])]
-        for label, (metas, path) in done.snapshots.items():  # path None: the comparer kept the snapshot (CUDA)
-            comparisons[label] = server.compare(label, label, -1, metas, path, kept=None if path else name)
-            if path is not None:
-                path.unlink(missing_ok=True)
-        timer.forget()
-        if done.failed and child.proc.poll() is None:  # it lives, yet its calls could not be timed or read
-            comparisons["verify"] = {"error": done.failed}
-            checks.asked.append("verify")
-    return serve
 
 
 def _judge_candidate(batch: Batch, problems: OpenProblems, costs: ProblemCosts | None, prep: Prepared,
@@ -307,8 +234,8 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, 
         child.finish(wait=False)
         return Verdict.of(prep.job, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
     waited_s = time.monotonic() - waiting
-    reference = _reference_server(batch, prep, server.gpu, pair, take) if trusted else None
-    serve = _serve(batch, prep, server, child, reference, pair, pacer, checks, comparisons, take) if reference else None
+    reference = reference_server(batch, prep, server.gpu, pair, take) if trusted else None
+    serve = served(batch, prep, server, child, reference, pair, pacer, checks, comparisons, take) if reference else None
     child.on_message = _relay(batch, prep, server, comparisons, pacer, memory, waited, checks,  # it has sent only `loaded`
                               take, finished, serve)
     if child.result.arrival("loaded") is None:
@@ -324,7 +251,7 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, 
         beside.append(problems.held(gpu))
         return gpu
 
-    found = _exchange(batch, prep, gpu, pair)
+    found = exchange_of(batch, prep, gpu, pair)
     extra = {"exchange": str(exchange.inputs_path(*found))} if found else {}
     child.begin(batch.request("candidate", problem, prep.workdir / "out", prep.candidate, **extra), gate=gate)
     try:
