@@ -111,12 +111,16 @@ class ReferenceServer:
             if self.child is None:
                 self.child = _spawn(self.batch, self.problem, self.gpu, self.pair)
 
-    def ready(self, take: Callable[[str | None], str | None], join: Join | None = None) -> Reference:
+    def ready(self, take: Callable[[str | None], str | None], join: Join | None = None,
+              may_run: bool = True) -> Reference | None:
         """`take`: the device, held (the candidate's Hold); `join`: the device for the untimed part alone, perhaps
         beside another candidate's last stages (Hold.join): its outputs are made there, its model timed once
-        `take` holds it."""
+        `take` holds it. `may_run` False (a candidate sharing the device, evaluator.parent.sharing): None where
+        the reference is still to run, which it must not do while it waits for the device holding this lock."""
         self.prestart()
         with self._lock:
+            if not may_run and (self.lost or self.reference is None) and not self.failure:
+                return None
             if self.lost and not self.failure:
                 self._replace(take, join)
             elif self.reference is None and not self.failure:

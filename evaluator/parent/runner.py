@@ -229,7 +229,10 @@ def _run_pair(batch: Batch, problems: OpenProblems, prep: Prepared, take: Hold, 
     pacer.hold = child.paused  # the candidate's processes are stopped while its reference block runs
     waiting = time.monotonic()
     try:
-        ref = server.ready(take, take.join)
+        ref = server.ready(take, take.join, may_run=take.sharer is None)
+        if ref is None:  # a sharer with the reference still to run: the device first, outside the comparer's lock
+            take(server.gpu)
+            ref = server.ready(take, take.join)
     except ReferenceFailed as exc:
         child.finish(wait=False)
         return Verdict.of(prep.job, settings, Status.REFERENCE_ERROR, evidence=Evidence(stage="reference", cause=str(exc)))
