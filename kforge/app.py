@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.console import Console
 from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer vendors click and exports neither
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from evaluator.contracts import DTYPE_NAMES, EvalSettings, EvaluatorError, Limits
 from evaluator.hardware import auto_device
@@ -108,29 +108,51 @@ def _say_device_waits() -> None:
         leases.log.setLevel(logging.INFO)
 
 
-DbOpt = Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")]
+DbOpt = Annotated[Optional[str], typer.Option("--db", metavar="URL", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
-DeviceOpt = Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")]
-SizeOpt = Annotated[str, typer.Option("--size", help="full, small, or auto (small on CPU, full on CUDA)")]
-ProblemOpt = Annotated[Optional[str], typer.Option("--problem", "-p", help="registered name or path to a KernelBench .py")]
-PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32, fp16 or bf16: the dtype floating-point inputs "
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", metavar="DEVICE", help="cpu or cuda (default: cuda if available)")]
+SizeOpt = Annotated[str, typer.Option("--size", metavar="SIZE", help="full, small, or auto (small on CPU, full on CUDA)")]
+ProblemOpt = Annotated[Optional[str], typer.Option("--problem", "-p", metavar="NAME", help="registered name or path to a KernelBench .py")]
+PrecisionOpt = Annotated[str, typer.Option("--precision", metavar="DTYPE", help="fp32, fp16 or bf16: the dtype floating-point inputs "
                                             "and both models are cast to, with KernelBench's tolerance for it")]
-BackendOpt = Annotated[Optional[str], typer.Option("--backend", help="the kernel language candidates are judged as: cuda, "
+BackendOpt = Annotated[Optional[str], typer.Option("--backend", metavar="LANG", help="the kernel language candidates are judged as: cuda, "
                                                    "cpp, triton, cute or tilelang (default: read from each one's code)")]
+
+
+class PanelledHelp(TyperCommand):
+    """Plain help (click's, which reads at 80 columns) with a command's options under headings: PANELS maps a
+    heading to its options' parameter names; the others stay under "Options"."""
+
+    PANELS: dict[str, tuple[str, ...]] = {}
+
+    def format_options(self, ctx, formatter) -> None:
+        heading = {name: title for title, names in self.PANELS.items() for name in names}
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            if (record := param.get_help_record(ctx)) is not None:
+                title = "Arguments" if param.param_type_name == "argument" else heading.get(param.name, "Options")
+                sections.setdefault(title, []).append(record)
+        for title in ("Arguments", *self.PANELS, "Options"):
+            if title in sections:
+                with formatter.section(title):
+                    formatter.write_dl(sections[title])
 
 
 class UserError(Exception):
     """Bad input: reported as one line, exit code 2, nothing stored is touched."""
 
 
-def friendly(fn):
-    """Turn every known failure into `kforge: error: ...` and exit 2, never a traceback."""
+def friendly(fn=None, *, also: tuple[type[Exception], ...] = ()):
+    """Turn every known failure (and those of `also`: a command's own) into `kforge: error: ...` and exit 2, never
+    a traceback. `@friendly`, or `@friendly(also=(...))`."""
+    if fn is None:
+        return functools.partial(friendly, also=also)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (UserError, ProblemError, EvaluatorError, _DatabaseError()) as exc:
+        except (UserError, ProblemError, EvaluatorError, _DatabaseError(), *also) as exc:
             err.print(f"kforge: error: {exc}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 

@@ -154,7 +154,7 @@ def doctor(as_json: JsonOpt = False) -> None:
 @app.command()
 @friendly
 def prompt(problem: Annotated[str, typer.Argument(help="registered name or path")],
-           target: Annotated[str, typer.Option(help="cuda, cpu (C++) or triton kernels")] = "cuda", size: SizeOpt = "auto") -> None:
+           target: Annotated[str, typer.Option(metavar="LANG", help="cuda, cpu (C++) or triton kernels")] = "cuda", size: SizeOpt = "auto") -> None:
     """Print the LLM prompt for a problem, stating the sizes it will be evaluated at (small for CPU kernels)."""
     from prompts import render_prompt
 
@@ -228,9 +228,9 @@ def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/
                                                              help="compiles at once (default: sized to the cores and memory)")] = None,
                  rerun: RerunOpt = False, db: DbOpt = None, as_json: JsonOpt = False,
                  compile_baseline: Annotated[bool, typer.Option(help="also time torch.compile(reference)")] = False,
-                 gpus: Annotated[Optional[str], typer.Option(help="CUDA devices to use, e.g. 0,1 (default: every visible one)")] = None,
-                 runner: Annotated[str, typer.Option(help="local, or ray (one task per candidate on a Ray cluster)")] = "local",
-                 address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local one)")] = None,
+                 gpus: Annotated[Optional[str], typer.Option(metavar="IDS", help="CUDA devices to use, e.g. 0,1 (default: every visible one)")] = None,
+                 runner: Annotated[str, typer.Option(metavar="RUNNER", help="local, or ray (one task per candidate on a Ray cluster)")] = "local",
+                 address: Annotated[Optional[str], typer.Option(metavar="ADDRESS", help="Ray cluster address (default: start a local one)")] = None,
                  backend: BackendOpt = None, precision: PrecisionOpt = "fp32") -> None:
     """Evaluate every candidate in a directory (solutions/<problem>/<name>.py, or a KernelBench run directory of
     level_L_problem_P_sample_S_kernel.py files). A file that is no candidate (prose, no ModelNew, a problem file) is
@@ -252,8 +252,8 @@ def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/
 def leaderboard(problem: ProblemOpt = None, db: DbOpt = None, as_json: JsonOpt = False,
                 as_csv: Annotated[bool, typer.Option("--csv", help="one CSV row per problem and device/size, for a "
                                                       "spreadsheet")] = False,
-                level: Annotated[Optional[int], typer.Option("--level", help="only problems of this level")] = None,
-                suite: Annotated[Optional[str], typer.Option("--suite", help="only kernelbench (problems imported from "
+                level: Annotated[Optional[int], typer.Option("--level", metavar="N", help="only problems of this level")] = None,
+                suite: Annotated[Optional[str], typer.Option("--suite", metavar="SUITE", help="only kernelbench (problems imported from "
                                                              "KernelBench) or kforge (the others)")] = None,
                 precision: PrecisionOpt = "fp32") -> None:
     """Best correct speedup per problem on each device and size, fast_p, and per device and size the geometric mean
@@ -391,20 +391,26 @@ def _listed_only() -> None:
     """Ask an LLM for kernels, judge them, feed back what failed, and refine the best."""
 
 
-def main() -> None:
-    """The agent loop (torch, the LLM client) loads only for `kforge generate`; for every other command it is a
-    name in the list with the same help line, so `kforge --help` starts without it."""
+def register_commands(generate: bool) -> None:
+    """Every command on kforge's app (once). The agent loop (torch, the LLM client) loads only where `generate` is
+    to run or be shown whole; elsewhere it is a name in the list with the same help line, so that `kforge --help`
+    starts without it."""
     from kforge import cli_delete, cli_serve, cli_status
     from kforge.cli_report import register
 
-    if sys.argv[1:2] == ["generate"]:
-        from kforge.cli_generate import generate
+    if not any(command.name == "generate" for command in app.registered_commands):
+        if generate:
+            from kforge.cli_generate import GenerateHelp, generate as run_generate
 
-        app.command("generate")(generate)
-    else:
-        app.command("generate", context_settings=_LAZY)(_listed_only)
+            app.command("generate", cls=GenerateHelp)(run_generate)
+        else:
+            app.command("generate", context_settings=_LAZY)(_listed_only)
     register()  # problems (list, import), report, export, import
     cli_status.register()
     cli_delete.register()  # delete, prune
     cli_serve.register()
+
+
+def main() -> None:
+    register_commands(sys.argv[1:2] == ["generate"])
     app()

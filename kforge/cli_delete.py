@@ -76,7 +76,7 @@ def delete(solution: Annotated[str, typer.Argument(help="solution sha256 (a pref
 def prune(status: Annotated[Optional[list[str]], typer.Option("--status", metavar="STATUS", help="instead: the "
                                                               "solutions whose every verdict has this status "
                                                               "(repeatable)")] = None,
-          problem: Annotated[Optional[str], typer.Option("--problem", "-p", help="only this problem's solutions")] = None,
+          problem: Annotated[Optional[str], typer.Option("--problem", "-p", metavar="NAME", help="only this problem's solutions")] = None,
           dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would go; delete nothing")] = False,
           db: DbOpt = None) -> None:
     """Delete the stored solutions no verdict judged: those with no verdict at all, and those whose every verdict is

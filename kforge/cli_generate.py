@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pydantic import ValidationError
 
-from db import Database, DatabaseError
-from evaluator import EvalSettings, EvaluatorError, Status
+from db import Database
+from evaluator import EvalSettings
 from kforge import paths, tables
 from pipeline import runs
 from pipeline.archive import ArchiveConfig
@@ -26,13 +25,10 @@ from pipeline.llm import LLMError, LLMSettings, OpenAIChat, Provider
 from pipeline.loop import DEFAULT_OUT, Candidate, Loop, RunConfig, RunResult
 from pipeline.replay import ReplayProvider
 from pipeline.retrieval import RetrievalConfig
-from kforge.app import (PrecisionOpt, UserError, check_sizes, eval_settings, open_db, problems_dir, resolve_precision,
-                        say_compile_plan)
+from kforge.app import (BackendOpt, DbOpt, DeviceOpt, PanelledHelp, PrecisionOpt, SizeOpt, UserError, check_sizes, err, eval_settings,
+                        friendly, open_db, out, problems_dir, resolve_precision, say_compile_plan)
 from kforge.settings import LLMEnv
-from reference_problems import Problem, ProblemError, resolve_problem
-
-out = Console()
-err = Console(stderr=True)
+from reference_problems import Problem, resolve_problem
 
 
 def candidate_line(c: Candidate, run_id: int | None = None) -> dict:
@@ -98,13 +94,13 @@ class GenerateOptions:
     temperatures: Annotated[Optional[str], typer.Option("--temperatures", metavar="T,T", help="temperatures each model is asked at, picked per request by value")] = None
     base_url: Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="OpenAI-compatible server (default $KFORGE_LLM_BASE_URL)")] = None
     replay: Annotated[Optional[Path], typer.Option("--replay", metavar="DIR", help="answer with the transcripts recorded in DIR, not an LLM")] = None
-    device: Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: cuda if available)")] = None
-    size: Annotated[str, typer.Option("--size", help="full, small, or auto (small on CPU, full on CUDA)")] = "auto"
-    backend: Annotated[Optional[str], typer.Option("--backend", help="the kernel language answers are judged as: cuda, cpp, triton, cute or tilelang (default: read from each one's code)")] = None
+    device: DeviceOpt = None
+    size: SizeOpt = "auto"
+    backend: BackendOpt = None
     precision: PrecisionOpt = "fp32"
-    db_url: Annotated[Optional[str], typer.Option("--db", help="SQLAlchemy URL (default: $KFORGE_DB or ~/.kforge/kforge.db)")] = None
+    db_url: DbOpt = None
     json_out: Annotated[bool, typer.Option("--json", help="one JSON object per candidate")] = False
-    out_dir: Annotated[Path, typer.Option("--out", help="where candidate files are written")] = DEFAULT_OUT
+    out_dir: Annotated[Path, typer.Option("--out", metavar="DIR", help="where candidate files are written")] = DEFAULT_OUT
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, metavar="N", help="LLM calls in flight")] = 4
     prices: Annotated[Optional[Path], typer.Option("--prices", metavar="FILE", help='USD per 1M tokens, as JSON: {"MODEL": {"prompt": P, "completion": C}} (default $KFORGE_LLM_PRICES)')] = None
     budget_tokens: Annotated[Optional[int], typer.Option("--budget-tokens", min=1, metavar="N", help="stop once the run's calls used N tokens")] = None
@@ -124,14 +120,23 @@ class GenerateOptions:
     fresh: Annotated[bool, typer.Option("--fresh", help="ask the server even where the db holds this request's answer (the new one is stored too)")] = False
 
 
+class GenerateHelp(PanelledHelp):
+    """`kforge generate --help`: its options in the groups a user looks for them in."""
+
+    PANELS = {"Answers": ("problem", "samples", "turns", "model", "temperatures", "base_url", "replay", "fresh",
+                          "concurrency"),
+              "Judging": ("device", "size", "backend", "precision", "profile", "sol_stop"),
+              "Search": ("islands", "migration_interval", "seed", "inspirations", "crossover", "contrast",
+                         "related_kernels"),
+              "Budget": ("prices", "budget_tokens", "budget_usd", "budget_seconds", "budget_candidates", "resume"),
+              "Output": ("db_url", "json_out", "out_dir")}
+
+
+@friendly(also=(LLMError, LedgerError, runs.RunError))
 def generate(**given: Any) -> None:
     """Ask an LLM for kernels, judge them, feed back what failed, and refine the best."""
     options = GenerateOptions(**given)
-    try:
-        database, run_id, results = _run(options)
-    except (UserError, ProblemError, DatabaseError, EvaluatorError, LLMError, LedgerError, runs.RunError) as exc:
-        err.print(f"kforge: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    database, run_id, results = _run(options)
     _summarize(database, run_id, results, options.json_out)
 
 

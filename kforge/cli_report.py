@@ -17,7 +17,7 @@ problems_app = typer.Typer(help="List the registered problems, or import KernelB
 
 
 @friendly
-def report(out_dir: Annotated[Path, typer.Option("--html", help="directory to write index.html and candidate pages into")],
+def report(out_dir: Annotated[Path, typer.Option("--html", metavar="DIR", help="directory to write index.html and candidate pages into")],
            db: DbOpt = None) -> None:
     """Render the stored results as a static HTML leaderboard (no network needed to view it)."""
     from kforge.report import write_report  # jinja2 and the db load when a report is written
@@ -28,8 +28,8 @@ def report(out_dir: Annotated[Path, typer.Option("--html", help="directory to wr
 
 
 @friendly
-def export(file: Annotated[Optional[Path], typer.Option("--jsonl", help="file to write, '-' for stdout")] = None,
-           trace: Annotated[Optional[Path], typer.Option("--trace", help="write the evolution trace instead: one JSON line per LLM call ('-' for stdout)")] = None,
+def export(file: Annotated[Optional[Path], typer.Option("--jsonl", metavar="FILE", help="file to write, '-' for stdout")] = None,
+           trace: Annotated[Optional[Path], typer.Option("--trace", metavar="FILE", help="write the evolution trace instead: one JSON line per LLM call ('-' for stdout)")] = None,
            db: DbOpt = None) -> None:
     """Write every problem, solution and evaluation as JSON lines, for `kforge import` elsewhere (--jsonl), or the
     evolution trace of the agent's calls (--trace)."""
@@ -93,7 +93,7 @@ def _list_problems(as_json: bool, level: int | None) -> None:
 
 @problems_app.callback()
 def problems_list(ctx: typer.Context, as_json: JsonOpt = False,
-                  level: Annotated[Optional[int], typer.Option("--level", help="only this KernelBench level")] = None) -> None:
+                  level: Annotated[Optional[int], typer.Option("--level", metavar="N", help="only this KernelBench level")] = None) -> None:
     """List the registered problems (reference ones and imported ones), by level, in their numbers' order."""
     if ctx.invoked_subcommand is None:
         _list_problems(as_json, level)

@@ -12,10 +12,10 @@ import typer
 from kforge.app import (BackendOpt, DbOpt, DeviceOpt, PrecisionOpt, SizeOpt, UserError, app, err, eval_settings,
                         friendly, open_db, problems_dir)
 
-TokensOpt = Annotated[Path, typer.Option("--tokens", help="file of `CLIENT TOKEN` lines, readable by its owner alone")]
-HostOpt = Annotated[str, typer.Option("--host", help="address to bind (default loopback; 0.0.0.0 for every interface)")]
-PortOpt = Annotated[int, typer.Option("--port", help="port to listen on (0: any free one, said at start)")]
-WorkOpt = Annotated[Optional[Path], typer.Option("--work-dir", help="where the jobs' files are kept "
+TokensOpt = Annotated[Path, typer.Option("--tokens", metavar="FILE", help="file of `CLIENT TOKEN` lines, readable by its owner alone")]
+HostOpt = Annotated[str, typer.Option("--host", metavar="ADDRESS", help="address to bind (default loopback; 0.0.0.0 for every interface)")]
+PortOpt = Annotated[int, typer.Option("--port", metavar="PORT", help="port to listen on (0: any free one, said at start)")]
+WorkOpt = Annotated[Optional[Path], typer.Option("--work-dir", metavar="DIR", help="where the jobs' files are kept "
                                                  "(default ~/.kforge/serve)")]
 
 
@@ -27,11 +27,11 @@ def _say(line: str) -> None:
 def serve(tokens: TokensOpt, host: HostOpt = "127.0.0.1", port: PortOpt = 8765, db: DbOpt = None,
           device: DeviceOpt = None, size: SizeOpt = "auto", precision: PrecisionOpt = "fp32",
           backend: BackendOpt = None, work_dir: WorkOpt = None,
-          batch: Annotated[int, typer.Option(help="queued jobs of one problem judged together")] = 8,
-          max_request_kb: Annotated[int, typer.Option(help="largest request body accepted, in KiB")] = 1024,
-          rate: Annotated[float, typer.Option(help="requests per second one token may make, on average")] = 20.0,
-          burst: Annotated[int, typer.Option(help="requests one token may make at once")] = 100,
-          max_open_jobs: Annotated[int, typer.Option(help="jobs one token may have queued or running; a submit "
+          batch: Annotated[int, typer.Option(metavar="N", help="queued jobs of one problem judged together")] = 8,
+          max_request_kb: Annotated[int, typer.Option(metavar="KIB", help="largest request body accepted, in KiB")] = 1024,
+          rate: Annotated[float, typer.Option(metavar="R", help="requests per second one token may make, on average")] = 20.0,
+          burst: Annotated[int, typer.Option(metavar="N", help="requests one token may make at once")] = 100,
+          max_open_jobs: Annotated[int, typer.Option(metavar="N", help="jobs one token may have queued or running; a submit "
                                                      "past it is refused (429) until some finish")] = 512) -> None:
     """Serve judging over HTTP: clients with a token submit jobs, read verdicts, see the queue, cancel."""
     try:
