@@ -26,6 +26,7 @@ from reference_problems import ProblemError
 if TYPE_CHECKING:  # SQLAlchemy loads in the commands that open a db, not at start-up
     from db import Database
     from evaluator.sandbox.cgroups import CompilePlan
+    from judging.judge import Backend
 
 
 class _OneLineUsage(TyperGroup):
@@ -118,6 +119,10 @@ PrecisionOpt = Annotated[str, typer.Option("--precision", metavar="DTYPE", help=
 BackendOpt = Annotated[Optional[str], typer.Option("--backend", metavar="LANG", help="the kernel language candidates are judged as: cuda, "
                                                    "cpp, triton, cute or tilelang (default: read from each one's code)")]
 
+RunnerOpt = Annotated[str, typer.Option(metavar="RUNNER", help="local, or ray (one task per candidate on a Ray cluster)")]
+AddressOpt = Annotated[Optional[str], typer.Option(metavar="ADDRESS", help="Ray cluster address (default: start a local one)")]
+GpusOpt = Annotated[Optional[str], typer.Option(metavar="IDS", help="CUDA devices to use, e.g. 0,1 (default: every visible one)")]
+
 
 class PanelledHelp(TyperCommand):
     """Plain help (click's, which reads at 80 columns) with a command's options under headings: PANELS maps a
@@ -157,6 +162,16 @@ def friendly(fn=None, *, also: tuple[type[Exception], ...] = ()):
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+def runner_for(name: str, address: str | None) -> Backend | None:
+    """The local evaluator (None: the default) or the Ray one; the caller stores the verdicts either way."""
+    if name == "local":
+        return None
+    if name == "ray":
+        from evaluator.parent import ray_backend  # Ray is an optional extra: imported only when asked for
+        return functools.partial(ray_backend.evaluate, address=address)
+    raise UserError(f"--runner must be local or ray, not '{name}'")
 
 
 def _DatabaseError() -> type[Exception]:  # noqa: N802 - a class, loaded when an error is being handled

@@ -24,22 +24,12 @@ from kforge import kernelbench, tables
 from kforge.progress import BatchProgress
 from reference_problems import Problem, ProblemError, list_problems, resolve_problem
 
-from kforge.app import (BackendOpt, DbOpt, DeviceOpt, JsonOpt, PrecisionOpt, ProblemOpt, SizeOpt, UserError, app, err,
-                        check_sizes, eval_settings, friendly, open_db, out, problems_dir, resolve_precision, resolve_size,
-                        say_compile_plan)
+from kforge.app import (AddressOpt, BackendOpt, DbOpt, DeviceOpt, GpusOpt, JsonOpt, PrecisionOpt, ProblemOpt, RunnerOpt,
+                        SizeOpt, UserError, app, err, check_sizes, eval_settings, friendly, open_db, out, problems_dir,
+                        resolve_precision, resolve_size, runner_for, say_compile_plan)
 
 if TYPE_CHECKING:  # the heavy packages (SQLAlchemy, torch) load in the commands that use them, not at start-up
     from db import Database
-
-def runner_for(name: str, address: str | None) -> Backend | None:
-    """The local evaluator (None: the default) or the Ray one; the caller stores the verdicts either way."""
-    if name == "local":
-        return None
-    if name == "ray":
-        from evaluator.parent import ray_backend  # Ray is an optional extra: imported only when asked for
-        return functools.partial(ray_backend.evaluate, address=address)
-    raise UserError(f"--runner must be local or ray, not '{name}'")
-
 
 def candidate_file(path: Path) -> tuple[Path, bytes]:
     """A readable .py file and its bytes, read once: the job carries them to the db and the evaluator."""
@@ -228,9 +218,7 @@ def evaluate_dir(directory: Annotated[Path, typer.Argument(help="e.g. solutions/
                                                              help="compiles at once (default: sized to the cores and memory)")] = None,
                  rerun: RerunOpt = False, db: DbOpt = None, as_json: JsonOpt = False,
                  compile_baseline: Annotated[bool, typer.Option(help="also time torch.compile(reference)")] = False,
-                 gpus: Annotated[Optional[str], typer.Option(metavar="IDS", help="CUDA devices to use, e.g. 0,1 (default: every visible one)")] = None,
-                 runner: Annotated[str, typer.Option(metavar="RUNNER", help="local, or ray (one task per candidate on a Ray cluster)")] = "local",
-                 address: Annotated[Optional[str], typer.Option(metavar="ADDRESS", help="Ray cluster address (default: start a local one)")] = None,
+                 gpus: GpusOpt = None, runner: RunnerOpt = "local", address: AddressOpt = None,
                  backend: BackendOpt = None, precision: PrecisionOpt = "fp32") -> None:
     """Evaluate every candidate in a directory (solutions/<problem>/<name>.py, or a KernelBench run directory of
     level_L_problem_P_sample_S_kernel.py files). A file that is no candidate (prose, no ModelNew, a problem file) is

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kforge.app import (BackendOpt, DbOpt, DeviceOpt, PrecisionOpt, SizeOpt, UserError, app, err, eval_settings,
-                        friendly, open_db, problems_dir)
+from kforge.app import (AddressOpt, BackendOpt, DbOpt, DeviceOpt, GpusOpt, PrecisionOpt, RunnerOpt, SizeOpt, UserError,
+                        app, err, eval_settings, friendly, open_db, problems_dir, runner_for)
 
 TokensOpt = Annotated[Path, typer.Option("--tokens", metavar="FILE", help="file of `CLIENT TOKEN` lines, readable by its owner alone")]
 HostOpt = Annotated[str, typer.Option("--host", metavar="ADDRESS", help="address to bind (default loopback; 0.0.0.0 for every interface)")]
@@ -26,7 +26,10 @@ def _say(line: str) -> None:
 @friendly
 def serve(tokens: TokensOpt, host: HostOpt = "127.0.0.1", port: PortOpt = 8765, db: DbOpt = None,
           device: DeviceOpt = None, size: SizeOpt = "auto", precision: PrecisionOpt = "fp32",
-          backend: BackendOpt = None, work_dir: WorkOpt = None,
+          backend: BackendOpt = None, work_dir: WorkOpt = None, gpus: GpusOpt = None, runner: RunnerOpt = "local",
+          address: AddressOpt = None,
+          workers: Annotated[Optional[int], typer.Option(min=1, metavar="N", help="batches judged at once (default: one "
+                                                         "per GPU; 1 on CPU, 2 on Ray)")] = None,
           batch: Annotated[int, typer.Option(metavar="N", help="queued jobs of one problem judged together")] = 8,
           max_request_kb: Annotated[int, typer.Option(metavar="KIB", help="largest request body accepted, in KiB")] = 1024,
           rate: Annotated[float, typer.Option(metavar="R", help="requests per second one token may make, on average")] = 20.0,
@@ -40,15 +43,16 @@ def serve(tokens: TokensOpt, host: HostOpt = "127.0.0.1", port: PortOpt = 8765, 
         from service.tokens import TokenFileError
     except ImportError as exc:
         raise UserError(f"kforge serve needs the serve extra ({exc.name} is missing): pip install -e '.[serve]'") from None
-    settings = eval_settings(device, size, backend=backend, precision=precision)
+    settings = eval_settings(device, size, gpus=gpus, backend=backend, precision=precision)
+    judge = runner_for(runner, address)
     config = ServiceConfig(host=host, port=port, tokens=tokens, max_request_bytes=max_request_kb * 1024,
-                           rate_per_s=rate, burst=burst, max_open_jobs=max_open_jobs, batch=batch,
+                           rate_per_s=rate, burst=burst, max_open_jobs=max_open_jobs, batch=batch, workers=workers,
                            work_dir=work_dir or Path.home() / ".kforge" / "serve")
     log = logging.getLogger("kforge.service")
     log.addHandler(logging.StreamHandler())
     log.setLevel(logging.INFO)
     try:
-        run_server(open_db(db), settings, config, problems_dir(), _say)
+        run_server(open_db(db), settings, config, problems_dir(), _say, judge)
     except TokenFileError as exc:
         raise UserError(str(exc)) from None
     except OSError as exc:

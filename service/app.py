@@ -20,12 +20,13 @@ from starlette.routing import Route
 
 from db import Database, JobRow
 from evaluator.contracts import EvalSettings, Verdict
+from judging.judge import Backend
 from service.config import ServiceConfig
 from service.contracts import CodeView, JobRequest, JobView, QueueView
 from service.intake import Refused, accept, board_of
 from service.limits import OpenJobLimit, RateLimiter, TooLarge, TooManyOpenJobs, read_body
 from service.tokens import client_of
-from service.worker import Worker, batch_bound_s
+from service.worker import Workers, batch_bound_s
 
 Handler = Callable[[Request, str], Awaitable[Response]]
 
@@ -52,12 +53,12 @@ class Service:
     """The routes over one database, one board and one set of tokens."""
 
     def __init__(self, database: Database, settings: EvalSettings, config: ServiceConfig, tokens: dict[str, str],
-                 problems_dir: Path | None) -> None:
+                 problems_dir: Path | None, backend: Backend | None = None) -> None:
         self.database, self.settings, self.config, self.tokens = database, settings, config, tokens
         self.problems_dir = problems_dir
         self.limiter = RateLimiter(config.rate_per_s, config.burst)
         self.open_jobs = OpenJobLimit(config.max_open_jobs)
-        self.worker = Worker(database, settings, config, problems_dir)
+        self.worker = Workers(database, settings, config, problems_dir, backend)
 
     def guarded(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         """The token, then the client's rate, checked before the handler does anything."""

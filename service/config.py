@@ -17,5 +17,6 @@ class ServiceConfig(BaseModel):
     burst: int = Field(100, ge=1)  # ... and at once
     max_open_jobs: int = Field(512, ge=1)  # jobs one client may have queued or running: a submit past it is 429
     batch: int = Field(8, ge=1)  # queued jobs of one problem judged together (one reference run, compiles in parallel)
+    workers: int | None = Field(None, ge=1)  # batches judged at once (service.worker.lanes; None: one per local GPU)
     poll_s: float = Field(0.5, gt=0)  # how often an idle worker and a verdict stream look at the queue
     work_dir: Path  # the candidate and problem files the jobs are judged from, by content hash

@@ -11,6 +11,7 @@ import uvicorn
 
 from db import Database
 from evaluator.contracts import EvalSettings
+from judging.judge import Backend
 from service.app import Service
 from service.config import ServiceConfig
 from service.intake import board_of
@@ -28,13 +29,14 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(database: Database, settings: EvalSettings, config: ServiceConfig, problems_dir: Path | None,
-          say: Callable[[str], None]) -> None:
-    """Serves until stopped. The tokens are read first (TokenFileError: nothing is bound); `say` hears the address."""
+          say: Callable[[str], None], backend: Backend | None = None) -> None:
+    """Serves until stopped, judging with the local evaluator or `backend` (the Ray one). The tokens are read
+    first (TokenFileError: nothing is bound); `say` hears the address."""
     tokens = read_tokens(config.tokens)
     config.work_dir.mkdir(parents=True, exist_ok=True)
     sock = bind(config.host, config.port)
     host, port = sock.getsockname()[:2]
     say(f"serving {len(tokens)} client(s) on http://{host}:{port}, judging {board_of(settings)}")
-    app = Service(database, settings, config, tokens, problems_dir).app()
+    app = Service(database, settings, config, tokens, problems_dir, backend).app()
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
     server.run(sockets=[sock])

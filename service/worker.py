@@ -1,18 +1,24 @@
-"""The server's worker: takes the queue's next batch (the first queued job and others of its problem file, so one
-reference run and one parallel compile serve them all), judges it through judging.judge.judge_and_store, whose
-children are jailed (this process runs no candidate code), and gives each job its one outcome. A thread of the
-server; a batch cut short by the server's death is queued again at its next start (db.jobs.requeue_running)."""
+"""The server's workers, one queue for all: each takes the queue's next batch (the first queued job and others of
+its problem file, so one reference run and one parallel compile serve them all), judges it through
+judging.judge.judge_and_store, whose children are jailed (this process runs no candidate code), and gives each
+job its one outcome. Locally on CUDA each worker has GPUs of its own (one each, unless told fewer workers), so
+batches of several problems are judged at once; on CPU, and behind a Ray cluster, `workers` of them share what
+there is. Threads of the server; a batch cut short by the server's death is queued again at its next start
+(db.jobs.requeue_running)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 
 from db import Database, DatabaseError, JobRow
 from evaluator.build import BUILD_TIMEOUT_S
 from evaluator.contracts import CandidateJob, EvalSettings, EvaluatorError
-from judging.judge import Submission, judge_and_store
+from evaluator.hardware import visible_gpus
+from evaluator.sandbox.cgroups import compile_plan
+from judging.judge import Backend, Submission, judge_and_store
 from reference_problems import ProblemError, resolve_problem
 from service.config import ServiceConfig
 from service.intake import board_of, candidate_path, write_once
@@ -29,24 +35,57 @@ def batch_bound_s(settings: EvalSettings, batch: int) -> float:
     return settings.limits.timeout_s * (2 + batch * (1 + 2 * pairs)) + BUILD_TIMEOUT_S
 
 
-class Worker:
-    """Judges the board's queue until stopped."""
+RAY_WORKERS = 2  # batches in flight on a Ray cluster unless told: one judged while the next one's compiles run
+
+
+def lanes(settings: EvalSettings, workers: int | None, remote: bool) -> list[EvalSettings]:
+    """The settings each worker judges with. Locally on CUDA, the GPUs dealt out (one worker each unless fewer are
+    asked for), with the host's compile slots shared among the workers; on CPU or a Ray cluster (`remote`: it
+    places each candidate itself), `workers` of them (1 on CPU, RAY_WORKERS on Ray) with the settings as they are."""
+    if remote or settings.device != "cuda":
+        return [settings] * (workers or (RAY_WORKERS if remote else 1))
+    gpus = settings.gpus or visible_gpus()
+    n = max(1, min(workers or len(gpus), len(gpus)))
+    jobs = settings.jobs or max(1, compile_plan(None, len(os.sched_getaffinity(0)), "cuda").slots // n)
+    return [settings.model_copy(update={"gpus": gpus[i::n], "jobs": jobs}) for i in range(n)]
+
+
+class Workers:
+    """The server's workers over one database and one board: started together (after the jobs a stopped server
+    left running are queued again, once) and stopped together."""
 
     def __init__(self, database: Database, settings: EvalSettings, config: ServiceConfig,
-                 problems_dir: Path | None) -> None:
-        self.database, self.settings, self.config, self.problems_dir = database, settings, config, problems_dir
-        self.board = board_of(settings)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="kforge-worker", daemon=True)
+                 problems_dir: Path | None, backend: Backend | None = None) -> None:
+        self.database, self.board = database, board_of(settings)
+        self.workers = [Worker(database, lane, config, problems_dir, backend, name=f"kforge-worker-{i}")
+                        for i, lane in enumerate(lanes(settings, config.workers, backend is not None))]
 
     def start(self) -> None:
-        """Jobs a stopped server left running are queued again first, in their places, then the loop starts."""
         if resumed := self.database.requeue_running(self.board):
             log.info("%d job(s) left running by the last server queued again", resumed)
-        self._thread.start()
+        for worker in self.workers:
+            worker.start()
 
     def stop(self) -> None:
         """No batch starts after this; one under way ends with the process (its jobs are queued again next start)."""
+        for worker in self.workers:
+            worker.stop()
+
+
+class Worker:
+    """Judges the board's queue until stopped, a batch at a time, with the local evaluator or `backend`."""
+
+    def __init__(self, database: Database, settings: EvalSettings, config: ServiceConfig,
+                 problems_dir: Path | None, backend: Backend | None = None, name: str = "kforge-worker") -> None:
+        self.database, self.settings, self.config, self.problems_dir = database, settings, config, problems_dir
+        self.board, self.backend = board_of(settings), backend
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
         self._stop.set()
 
     def _loop(self) -> None:
@@ -72,7 +111,7 @@ class Worker:
                 self.database.finish_job(row.id, error=str(exc))
         submissions = [Submission(job=job) for _, job in jobs.values()]
         try:
-            for judged in judge_and_store(self.database, submissions, self.settings):
+            for judged in judge_and_store(self.database, submissions, self.settings, backend=self.backend):
                 self.database.finish_job(jobs[judged.job.sha256][0].id, evaluation_id=judged.evaluation_id)
         except (DatabaseError, EvaluatorError, ProblemError) as exc:
             self._fail([row for row, _ in jobs.values()], str(exc))

@@ -1,5 +1,6 @@
 """The Ray backend against a real local Ray cluster (a head node started here, on the CPU): candidates are
-shipped as text, evaluated inside Ray workers, and stored by the driver (`kforge evaluate --runner ray`)."""
+shipped as text, evaluated inside Ray workers, and stored by the driver (`kforge evaluate --runner ray`, and
+`kforge serve --runner ray` with its queue)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SOLUTIONS
+from conftest import ROOT, SOLUTIONS, kforge_runner, running
 from db import Database
+from kforge_server import Server, token_file
 
 if not os.environ.get("KFORGE_REQUIRE_RAY"):
     pytest.importorskip("ray", reason="the Ray backend is an optional extra (pip install 'kforge[ray]')")
@@ -92,3 +94,30 @@ def test_an_unreachable_ray_address_fails_in_seconds_with_one_line(tmp_path: Pat
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "cannot reach a Ray cluster at 127.0.0.1:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_server_judges_its_queue_on_the_ray_cluster(ray_address: str, tmp_path: Path, build_root: Path) -> None:
+    """`kforge serve --runner ray`: its jobs are judged in the cluster's workers, with the statuses `kforge
+    evaluate` gives them there; the server itself starts no evaluator child (no fork server of its own)."""
+    run = kforge_runner(tmp_path, build_root)
+    tokens = token_file(tmp_path / "tokens", ["alice"])
+    server = Server(tmp_path, run.env | {"RAY_ADDRESS": ""}, run.db_url, tmp_path / "tokens", "--runner", "ray",
+                    "--address", ray_address)
+    try:
+        client = server.client(tokens["alice"])
+        sent = {"cpu_fused_o3.py": "correct", "cpu_wrong.py": "incorrect"}
+        codes = [(SOLUTIONS / "scale_bias_hardswish" / name).read_text() for name in sent] + [RAISER]
+        ids = [client.submit(code, problem="scale_bias_hardswish").id for code in codes]
+        verdicts = [client.wait(job_id, every_s=0.5, timeout_s=900).verdict for job_id in ids]
+        assert [v.status.value for v in verdicts] == [*sent.values(), "runtime_error"], server.text()[-3000:]
+        assert "boom from a Ray worker" in verdicts[-1].evidence.log_tail
+        assert not [pid for pid in running("evaluator.child") if _parent(pid) == server.proc.pid]
+    finally:
+        server.stop()
+
+
+def _parent(pid: str) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1

@@ -1,17 +1,16 @@
 """The shared judging service with real parts: `python -m kforge serve` as a process on 127.0.0.1, httpx clients
 (service.client) in threads, and real jailed evaluations on CPU at the small size. Of the many jobs sent, most are
 the same few candidates again, so real evaluations stay few and the dedupe is what is tested: nothing lost, none
-judged twice, every verdict the one `kforge submit` gives; a server SIGKILLed mid-batch and started again gives
-every accepted job exactly one verdict; no token, a wrong token, an oversized or malformed request, another
-client's job: refused, and nothing run for it; a client at its limit of open jobs is refused new ones, never one
-already there. A Judge on the server (RemoteBackend) answers as a local one does, and waits out that limit; a field
-the server refuses is its error, code that is no candidate its verdict."""
+judged twice, every verdict the one `kforge submit` gives, two workers taking batches of one queue at once; a
+server SIGKILLed mid-batch and started again gives every accepted job exactly one verdict; no token, a wrong
+token, an oversized or malformed request, another client's job: refused, and nothing run for it; a client at its
+limit of open jobs is refused new ones, never one already there. A Judge on the server (RemoteBackend) answers as
+a local one does, and waits out that limit; a field the server refuses is its error, code that is no candidate its
+verdict."""
 
 from __future__ import annotations
 
 import json
-import secrets
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -28,6 +27,7 @@ import httpx
 import pytest
 
 from conftest import SOLUTIONS, SPREAD, kforge_runner
+from kforge_server import REPO, Server, token_file
 from db import Database
 from evaluator import EvalSettings, Status, Verdict
 from judging.api import Judge, Judgment
@@ -43,7 +43,7 @@ from service.config import ServiceConfig  # noqa: E402
 from service.contracts import JobView, QueueView  # noqa: E402
 from service.server import bind  # noqa: E402
 from service.tokens import read_tokens  # noqa: E402
-from service.worker import batch_bound_s  # noqa: E402
+from service.worker import batch_bound_s, lanes  # noqa: E402
 
 SBH = SOLUTIONS / "scale_bias_hardswish"
 PY_RELU = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
@@ -55,55 +55,6 @@ CANDIDATES = [
     ("scale_bias_hardswish", (SBH / "cpu_runtime_error.py").read_text(), "runtime_error"),
     ("relu", PY_RELU, "cheat"),
 ]
-REPO = Path(__file__).resolve().parents[1]
-
-
-class Server:
-    """One `kforge serve` process: its base URL once it said where it listens, its stderr, stopped by its pid."""
-
-    def __init__(self, tmp_path: Path, env: dict, db_url: str, tokens: Path, *options: str) -> None:
-        self.log = tmp_path / f"serve-{secrets.token_hex(3)}.log"
-        args = [sys.executable, "-m", "kforge", "serve", "--tokens", str(tokens), "--port", "0", "--db", db_url,
-                "--device", "cpu", "--size", "small", "--work-dir", str(tmp_path / "work"), *options]
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        self.url = self._address()
-
-    def _address(self) -> str:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            for line in self.text().splitlines():
-                if " on http://" in line:
-                    return line.split(" on ", 1)[1].split(",")[0]
-            assert self.proc.poll() is None, self.text()
-            time.sleep(0.2)
-        raise AssertionError(f"the server said no address: {self.text()}")
-
-    def text(self) -> str:
-        return self.log.read_text()
-
-    def client(self, token: str) -> ServiceClient:
-        return ServiceClient(self.url, token)
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-def token_file(path: Path, clients: list[str]) -> dict[str, str]:
-    """A tokens file readable by its owner alone, and each client's token."""
-    tokens = {client: secrets.token_hex(16) for client in clients}
-    path.write_text("# client token\n" + "".join(f"{c} {t}\n" for c, t in tokens.items()))
-    path.chmod(0o600)
-    return tokens
 
 
 def rows(db_url: str, query: str) -> list[tuple]:
@@ -527,3 +478,34 @@ def test_a_remote_judge_past_the_open_job_limit_waits_for_its_jobs_to_finish(pau
         judged = call.result(timeout=120)
     assert [j.verdict.status for j in judged] == [Status.CHEAT] * len(RELUS)
     assert rows(server.db_url, "SELECT state, count(*) FROM jobs GROUP BY state") == [("done", len(RELUS))]
+
+
+def test_workers_take_batches_of_one_queue_at_once(paused, tmp_path: Path) -> None:
+    """Two workers over one queue, a job per batch: two batches run at once, and each job is judged once, with the
+    status kforge gives it."""
+    token = token_file(tmp_path / "tokens", ["alice"])["alice"]
+    server = paused(tmp_path / "tokens", workers=2, batch=1)
+    client = ServiceClient(server.url, token)
+    expected = {client.submit(code, problem=problem).id: status for problem, code, status in CANDIDATES[:3]}
+    server.resume()
+    most, deadline = 0, time.monotonic() + 600
+    while rows(server.db_url, "SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')") != [(0,)]:
+        most = max(most, rows(server.db_url, "SELECT count(*) FROM jobs WHERE state = 'running'")[0][0])
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert most == 2
+    assert {job_id: client.job(job_id).verdict.status.value for job_id in expected} == expected
+    assert set(evaluations_per_solution(server.db_url).values()) == {1}
+
+
+def test_local_workers_each_judge_on_gpus_of_their_own() -> None:
+    """On CUDA a worker per GPU, or the GPUs dealt out among fewer, the host's compile slots shared among them;
+    on CPU and on a Ray cluster (which places each candidate itself) the settings as they are."""
+    cuda = EvalSettings(device="cuda", gpus=["0", "1", "2"])
+    assert [lane.gpus for lane in lanes(cuda, None, remote=False)] == [["0"], ["1"], ["2"]]
+    assert [lane.gpus for lane in lanes(cuda, 2, remote=False)] == [["0", "2"], ["1"]]
+    assert [lane.gpus for lane in lanes(cuda, 5, remote=False)] == [["0"], ["1"], ["2"]]
+    assert {lane.jobs for lane in lanes(cuda.model_copy(update={"jobs": 4}), None, remote=False)} == {4}
+    assert lanes(cuda, None, remote=True) == [cuda, cuda]
+    cpu = EvalSettings(device="cpu")
+    assert lanes(cpu, None, remote=False) == [cpu] and lanes(cpu, 3, remote=False) == [cpu] * 3

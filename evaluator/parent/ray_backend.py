@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -18,6 +19,8 @@ from pydantic import BaseModel
 from evaluator.contracts import CandidateJob, EvalSettings, EvaluatorError, Verdict
 from evaluator.parent.runner import evaluate as evaluate_here
 from reference_problems.registry import load_problem_file
+
+_JOINING = threading.Lock()  # one ray.init at a time: a server's workers each call evaluate from a thread of their own
 
 
 class Shipped(BaseModel):
@@ -70,7 +73,8 @@ def evaluate(jobs: list[CandidateJob], settings: EvalSettings, address: str | No
     ray = _ray()
     _reachable(address)
     try:
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
+        with _JOINING:
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
     except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError...: all mean "no cluster"
         raise EvaluatorError(f"cannot start or reach a Ray cluster at {address or 'a new local one'}: "
                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
