@@ -105,11 +105,10 @@ def test_a_server_judges_its_queue_on_the_ray_cluster(ray_address: str, tmp_path
                     "--address", ray_address)
     try:
         client = server.client(tokens["alice"])
-        sent = {"cpu_fused_o3.py": "correct", "cpu_wrong.py": "incorrect"}
-        codes = [(SOLUTIONS / "scale_bias_hardswish" / name).read_text() for name in sent] + [RAISER]
+        codes = [(SOLUTIONS / "scale_bias_hardswish" / "cpu_wrong.py").read_text(), RAISER]
         ids = [client.submit(code, problem="scale_bias_hardswish").id for code in codes]
         verdicts = [client.wait(job_id, every_s=0.5, timeout_s=900).verdict for job_id in ids]
-        assert [v.status.value for v in verdicts] == [*sent.values(), "runtime_error"], server.text()[-3000:]
+        assert [v.status.value for v in verdicts] == ["incorrect", "runtime_error"], server.text()[-3000:]
         assert "boom from a Ray worker" in verdicts[-1].evidence.log_tail
         assert not [pid for pid in running("evaluator.child") if _parent(pid) == server.proc.pid]
     finally:

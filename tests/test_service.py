@@ -482,11 +482,11 @@ def test_a_remote_judge_past_the_open_job_limit_waits_for_its_jobs_to_finish(pau
 
 def test_workers_take_batches_of_one_queue_at_once(paused, tmp_path: Path) -> None:
     """Two workers over one queue, a job per batch: two batches run at once, and each job is judged once, with the
-    status kforge gives it."""
+    status kforge gives it (two that fail their trials: no timing, so the test stays short)."""
     token = token_file(tmp_path / "tokens", ["alice"])["alice"]
     server = paused(tmp_path / "tokens", workers=2, batch=1)
     client = ServiceClient(server.url, token)
-    expected = {client.submit(code, problem=problem).id: status for problem, code, status in CANDIDATES[:3]}
+    expected = {client.submit(code, problem=problem).id: status for problem, code, status in CANDIDATES[1:3]}
     server.resume()
     most, deadline = 0, time.monotonic() + 600
     while rows(server.db_url, "SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')") != [(0,)]:
