@@ -25,8 +25,8 @@ from pipeline.llm import LLMError, LLMSettings, OpenAIChat, Provider
 from pipeline.loop import DEFAULT_OUT, Candidate, Loop, RunConfig, RunResult
 from pipeline.replay import ReplayProvider
 from pipeline.retrieval import RetrievalConfig
-from kforge.app import (BackendOpt, DbOpt, DeviceOpt, PanelledHelp, PrecisionOpt, SizeOpt, UserError, check_sizes, err, eval_settings,
-                        friendly, open_db, out, problems_dir, resolve_precision, say_compile_plan)
+from kforge.app import (BackendOpt, DbOpt, DeviceOpt, PanelledHelp, PrecisionOpt, SizeOpt, UserError, check_sizes, err,
+                        eval_settings, friendly, open_db, out, problems_dir, resolve_precision, say_compile_plan)
 from kforge.settings import LLMEnv
 from reference_problems import Problem, resolve_problem
 

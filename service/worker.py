@@ -40,13 +40,15 @@ RAY_WORKERS = 2  # batches in flight on a Ray cluster unless told: one judged wh
 
 def lanes(settings: EvalSettings, workers: int | None, remote: bool) -> list[EvalSettings]:
     """The settings each worker judges with. Locally on CUDA, the GPUs dealt out (one worker each unless fewer are
-    asked for), with the host's compile slots shared among the workers; on CPU or a Ray cluster (`remote`: it
-    places each candidate itself), `workers` of them (1 on CPU, RAY_WORKERS on Ray) with the settings as they are."""
+    asked for), several workers sharing the host's compile slots (one worker plans its own, as `kforge evaluate`
+    does); on CPU or a Ray cluster (`remote`: it places each candidate itself), `workers` of them (1 on CPU,
+    RAY_WORKERS on Ray) with the settings as they are."""
     if remote or settings.device != "cuda":
         return [settings] * (workers or (RAY_WORKERS if remote else 1))
     gpus = settings.gpus or visible_gpus()
     n = max(1, min(workers or len(gpus), len(gpus)))
-    jobs = settings.jobs or max(1, compile_plan(None, len(os.sched_getaffinity(0)), "cuda").slots // n)
+    shared = n > 1 and settings.jobs is None
+    jobs = max(1, compile_plan(None, len(os.sched_getaffinity(0)), "cuda").slots // n) if shared else settings.jobs
     return [settings.model_copy(update={"gpus": gpus[i::n], "jobs": jobs}) for i in range(n)]
 
 

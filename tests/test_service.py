@@ -506,6 +506,7 @@ def test_local_workers_each_judge_on_gpus_of_their_own() -> None:
     assert [lane.gpus for lane in lanes(cuda, 2, remote=False)] == [["0", "2"], ["1"]]
     assert [lane.gpus for lane in lanes(cuda, 5, remote=False)] == [["0"], ["1"], ["2"]]
     assert {lane.jobs for lane in lanes(cuda.model_copy(update={"jobs": 4}), None, remote=False)} == {4}
+    assert lanes(cuda.model_copy(update={"gpus": ["0"]}), None, remote=False)[0].jobs is None  # its own plan
     assert lanes(cuda, None, remote=True) == [cuda, cuda]
     cpu = EvalSettings(device="cpu")
     assert lanes(cpu, None, remote=False) == [cpu] and lanes(cpu, 3, remote=False) == [cpu] * 3
