@@ -105,11 +105,12 @@ def test_a_file_that_can_run_no_kernel_of_its_own_is_known_before_anything_runs(
 
 def test_the_gpu_suites_candidates_are_not_judged_from_their_code_alone():
     """The CUDA attacks and their honest twin are meant to be run: one the code alone decides (no ModelNew,
-    nothing of its own that could run) would pass a GPU test for a reason the test is not about."""
+    nothing of its own that could run, a CPU-only extension skipped on a GPU) would pass or fail a GPU test for a
+    reason the test is not about."""
     from conftest import ROOT
 
     files = [*(ROOT / "tests" / "adversarial" / "cuda").glob("*.py"), ROOT / "tests/candidates/relu_scale_add/honest_cuda.py"]
     assert len(files) >= 4
     for path in files:
         check = check_source(path.read_text())
-        assert check.status is None and not check.kernel_free, (path.name, check)
+        assert check.status is None and not check.kernel_free and not check.cpu_only, (path.name, check)

