@@ -238,6 +238,15 @@ class StopClock(_Line):
     within_s: float = Field(default=60.0, gt=0)  # what is left of the candidate's budget: the call's end is awaited that long
 
 
+class Release(_Line):
+    """To the comparer, on CUDA: let call `seq` of exchange `name` run before its server queued it (a forward that
+    waits for the GPU cannot queue it while the call's head is held)."""
+
+    op: Literal["release"] = "release"
+    name: str
+    seq: int = Field(gt=0)
+
+
 class Forget(_Line):
     """To the comparer, on CUDA: exchange `name` serves no more calls; let go of its buffers."""
 
@@ -245,7 +254,7 @@ class Forget(_Line):
     name: str
 
 
-ComparerOp = Annotated[Union[Compare, Audit, TimeBlock, Fill, StopClock, Forget, Close], Field(discriminator="op")]
+ComparerOp = Annotated[Union[Compare, Audit, TimeBlock, Fill, StopClock, Release, Forget, Close], Field(discriminator="op")]
 COMPARER_OP: TypeAdapter[ComparerOp] = TypeAdapter(ComparerOp)
 
 

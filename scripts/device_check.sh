@@ -67,8 +67,16 @@ ncu() {  # Nsight Compute agreement; one more kforge evaluation first (it also l
 gpu_tests() {  # every test that needs a GPU: tests/gpu and the GPU reward-hacking classes
   python3 -m pytest ${GPU_TESTS:-tests/gpu tests/test_reward_hacking.py tests/test_lean_headers.py} -m gpu -v --durations=0 -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
 }
-adversarial() {  # each adversarial candidate on the GPU, with the status kforge gives it
+adversarial() {  # each adversarial candidate on the GPU, with the status kforge gives it: the kernels they share built
+  # first, and readable by their children, as the tests do (tests/conftest.py); the CUDA forms' folder names no problem
+  export KFORGE_CHILD_READ=$PWD/tests/adversarial:$PWD/tests/candidates/triton/relu/honest.py
+  for m in tiny_ext native_spy gpu_tiny_ext; do
+    python3 -c 'import sys; from pathlib import Path; from tests.adversarial.prebuilt import prebuild; prebuild(Path(sys.argv[1]), sys.argv[2])' \
+      "$KFORGE_BUILD_ROOT" "tests.adversarial.$m" || return 1
+  done
   kf evaluate tests/adversarial --device cuda --size small --jobs 14 --json | tee "$OUT/adversarial.jsonl"
+  kf evaluate tests/adversarial/cuda --problem tests/problems/relu_scale_add.py --device cuda --size full --json |
+    tee "$OUT/adversarial_cuda.jsonl"
 }
 fingerprint() { python3 benchmarks/fingerprint_cost.py "$@" | tee "$OUT/fingerprint.jsonl"; }  # the input checksum at 0.25-6.4 GB
 memory() { python3 benchmarks/giant_memory.py solutions/avg_pool_2d/*.py | tee "$OUT/memory.json"; }

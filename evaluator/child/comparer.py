@@ -18,7 +18,8 @@ from evaluator.child.cuda_fills import CudaFills
 from evaluator.child.fills import Fills
 from evaluator.child.correctness import Comparison, judge_outputs, layout, load_outputs
 from evaluator.labels import TIMED, timed_rep
-from evaluator.protocol import COMPARER_OP, Audit, Audited, Block, Close, Compare, Compared, Fill, Forget, StopClock, TimeBlock
+from evaluator.protocol import (COMPARER_OP, Audit, Audited, Block, Close, Compare, Compared, Fill, Forget, Release,
+                                StopClock, TimeBlock)
 from evaluator.timing_method import lattice_steps
 
 class Expected:
@@ -223,6 +224,8 @@ def serve(chan, requests, comparer: Comparer) -> None:
             comparer.fill(request)
         elif isinstance(request, StopClock) and isinstance(comparer.fills, CudaFills):
             chan.send(comparer.fills.stop_clock(request))
+        elif isinstance(request, Release) and isinstance(comparer.fills, CudaFills):
+            comparer.fills.release(request.name, request.seq)
         elif isinstance(request, Forget) and isinstance(comparer.fills, CudaFills):
             comparer.fills.forget(request.name)
         elif isinstance(request, TimeBlock):

@@ -7,15 +7,15 @@ of each call by a wait on a pinned host word until the server has queued its cal
         ... the server's stream: wait(`go`) -> its call -> `done` ...
     wait(`done`) -> the lattice read of each output -> end -> (a snapshot, if the parent asked for one)
 
-`go` and `done` are interprocess events. No host time of either process lies inside the window, no work of the
-server's stream can start on the inputs before `go`, and work it leaves for after `done` misses the lattice read,
-which the whole snapshot taken later then disagrees with (comparer.late). Both sides, the candidate's server and
-its reference's, are timed through the same steps."""
+`go` and `done` are words in a device allocation of the comparer's pool that the server opens by IPC
+(ipc.wait_word, ipc.write_word). No host time of either process lies inside the window, no work of the server's
+stream can start on the inputs before `go`, and work it leaves for after `done` misses the lattice read, which
+the whole snapshot taken later then disagrees with (comparer.late). Both sides, the candidate's server and its
+reference's, are timed through the same steps. A server whose call cannot be queued while the head is held (its
+forward waits for the GPU) is let run by `release`: its window then holds its host's time too."""
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import time
 from pathlib import Path
 from types import ModuleType
@@ -29,41 +29,21 @@ from evaluator.protocol import StopClock, Clocked
 from evaluator.timing_method import lattice_steps
 
 _T = torch._C.TensorBase
-_WAIT_EQ = 0x1  # CU_STREAM_WAIT_VALUE_EQ
-_WORD = 1 << 31  # the host word is an int32: sequence numbers wrap below it
 _MAPPED = 16  # outputs' allocations a server's exchange keeps open at once (a server reuses its own blocks)
 
 
-@functools.cache
-def _driver() -> ctypes.CDLL:
-    lib = ctypes.CDLL("libcuda.so.1")
-    lib.cuStreamWaitValue32_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
-    lib.cuMemHostGetDevicePointer_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p, ctypes.c_uint]
-    return lib
-
-
-def _check(rc: int, what: str) -> None:
-    if rc:
-        raise ipc.IpcError(f"{what} failed (CUDA driver error {rc})")
-
-
 class Gate:
-    """A pinned host word a stream waits on: `hold` queues the wait for `seq`, `open` lets the stream past it.
-    The wait is the stream's front end reading host memory: it takes no SM from anyone."""
+    """A pinned host word a stream waits on: `hold` queues the wait for `seq`, `open` lets the stream past it."""
 
     def __init__(self):
         self.word = torch.zeros(1, dtype=torch.int32, pin_memory=True)
-        device_ptr = ctypes.c_uint64()
-        _check(_driver().cuMemHostGetDevicePointer_v2(ctypes.byref(device_ptr), ctypes.c_void_p(self.word.data_ptr()), 0),
-               "cuMemHostGetDevicePointer")
-        self.device_ptr = device_ptr.value
+        self.device_ptr = ipc.host_word(self.word.data_ptr())
 
     def hold(self, stream: torch.cuda.Stream, seq: int) -> None:
-        _check(_driver().cuStreamWaitValue32_v2(ctypes.c_void_p(stream.cuda_stream), self.device_ptr, seq % _WORD,
-                                                _WAIT_EQ), "cuStreamWaitValue32")
+        ipc.wait_word(stream.cuda_stream, self.device_ptr, seq)
 
     def open(self, seq: int) -> None:
-        self.word[0] = seq % _WORD
+        self.word[0] = seq % ipc.WORD
 
 
 class _Mapped:
@@ -71,33 +51,42 @@ class _Mapped:
     its caching allocator's blocks call after call), bounds-checked for every output read through them."""
 
     def __init__(self):
-        self.opened = ipc.Opened()
+        self.opened, self.retired = ipc.Opened(), []
 
     def view(self, meta: dict) -> torch.Tensor | None:
-        """The output a meta describes (dtype, shape, strides in elements, its span's bytes, its IPC place)."""
+        """The output a meta describes (dtype, shape, strides in elements, its span's bytes, its IPC place). Once
+        _MAPPED are open, a new set is begun and the full one retired: it is closed once the stream is past its
+        reads (`release`), as closing synchronizes the device, whose held stream waits for this very call."""
         where = meta.get("ipc")
         if not isinstance(where, dict) or meta.get("dtype") is None:
             return None
         dtype = getattr(torch, meta["dtype"])
         if self.opened.count() >= _MAPPED and not self.opened.holds(where):
-            self.opened.close()
+            self.retired.append(self.opened)
+            self.opened = ipc.Opened()
         raw = self.opened.open(where, int(meta["span"]), dtype.itemsize)
         return _T.as_strided(raw.view(dtype), meta["shape"], meta["strides"])
 
+    def release(self) -> None:
+        """The retired sets closed (the stream that read through them has ended those reads)."""
+        while self.retired:
+            self.retired.pop().close()
+
     def close(self) -> None:
+        self.release()
         self.opened.close()
 
 
 class _Served:
-    """One server's exchange as the comparer holds it: its .in file's head, its inputs' buffer, events, gate."""
+    """One server's exchange as the comparer holds it: its .in file's head, its inputs' buffer, words, gate."""
 
     def __init__(self, path: Path):
         self.page = exchange.map_file(path, writable=True)
-        self.pool = torch.cuda.MemPool()  # the inputs' buffer alone: its IPC handle reaches nothing else
+        self.pool = torch.cuda.MemPool()  # the inputs' buffer and the words alone: their IPC handles reach nothing else
         self.views: list | None = None
-        self.go, self.done = torch.cuda.Event(interprocess=True), torch.cuda.Event(interprocess=True)
-        for event in (self.go, self.done):
-            event.record()  # made now, so its handle exists before the server opens it
+        with torch.cuda.use_mem_pool(self.pool):
+            self.words = torch.zeros(2, dtype=torch.int32, device="cuda")  # `go`, `done`: sequence numbers
+        self.go, self.done = self.words.data_ptr(), self.words.data_ptr() + 4
         self.gate, self.start, self.mapped, self.buffer = Gate(), None, _Mapped(), None
         self.kept: dict[str, list] = {}  # label -> a snapshot of that call's outputs
         self.last: str | None = None  # the label whose snapshot stands only until the next call's
@@ -123,8 +112,15 @@ class CudaFills:
             self._write(name, served, label)
             served.start = torch.cuda.Event(enable_timing=True)
             served.start.record(self.stream)
-            served.go.record(self.stream)
+            ipc.write_word(self.stream.cuda_stream, served.go, seq)
         exchange.put(served.page, exchange.GO, seq)
+
+    def release(self, name: str, seq: int) -> None:
+        """Call `seq` of exchange `name` runs now, before its server queued it: a server whose forward waits for
+        the GPU (a synchronize, or more launches than the stream's queue takes) waits for this head."""
+        served = self.served.get(name)
+        if served is not None:
+            served.gate.open(seq)
 
     def _served(self, name: str) -> _Served:
         if not name.replace("-", "").replace("_", "").isalnum():
@@ -157,7 +153,7 @@ class CudaFills:
             _T.copy_(view, _T.reshape(value, (-1,)))
             views.append(view.view(item["shape"]))
         layout |= {"device": "cuda", "buffer": ipc.export(buffer.data_ptr()), "bytes": int(buffer.numel()),
-                   "events": {"go": served.go.ipc_handle().hex(), "done": served.done.ipc_handle().hex()}}
+                   "words": ipc.export(served.words.data_ptr())}
         exchange.write_layout(served.page, layout)
         served.views, served.buffer = views, buffer
 
@@ -175,8 +171,9 @@ class CudaFills:
         finally:
             served.gate.open(request.seq)  # the held head runs now, the tail behind it
         if not _finished(end, time.monotonic() + request.within_s):
-            self.stream = torch.cuda.Stream()  # that one waits on the server's `done` for good: later calls go on
+            ipc.write_word(torch.cuda.Stream().cuda_stream, served.done, request.seq)  # the stream past its wait
             return Clocked(error=f"the call did not end on the GPU within {request.within_s:.0f} s")
+        served.mapped.release()
         if request.keep:
             self._keep(served, request.label, got, provisional=request.keep == "last")
         seen = [None if lat is None else {"start": lat[0], "step": list(lat[1]), "bytes": lat[2].cpu().numpy().tobytes().hex()}
@@ -187,7 +184,7 @@ class CudaFills:
         """Queued behind the held head: wait for `done`, read each output's lattice, stop the clock."""
         got, lattices = [], []
         with torch.cuda.stream(self.stream):
-            self.stream.wait_event(served.done)
+            ipc.wait_word(self.stream.cuda_stream, served.done, request.seq)
             for meta, start in zip(request.outputs, request.starts):
                 t = served.mapped.view(meta)
                 got.append(t)

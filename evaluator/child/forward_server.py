@@ -6,7 +6,7 @@ the outputs are read by the parent from this process's memory, and which calls a
 after each one: nothing here is believed. The same code serves the problem's reference in a child of its own
 (the `serve` role), so both sides are timed through the same steps, each in a process that did not fill its inputs.
 On CUDA the inputs lie in the comparer's device buffer, opened by IPC handle, and the call is queued between the
-comparer's interprocess events: its stream waits for `go` and records `done` (evaluator.child.cuda_fills)."""
+comparer's words: its stream waits for `go` and writes `done` (evaluator.child.cuda_fills)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ class Server:
         self.inp_path, self.call = inp, call
         self.page, self.version, self.inputs = exchange.map_file(inp, writable=False), -1, []
         self.kept = None  # the last call's outputs, alive until the next call: the parent reads them meanwhile
-        self.device, self.opened, self.go, self.done = "cpu", None, None, None  # CUDA: the comparer's buffer, events
+        self.device, self.opened, self.words = "cpu", None, None  # CUDA: the comparer's buffer, its words' address
 
     def _load(self) -> None:
         """The inputs' views, made again only where the comparer's layout changed (a problem whose shapes change
@@ -93,14 +93,13 @@ class Server:
             self.version, self.inputs = version, _views(page, layout, self._cuda(layout))
 
     def _cuda(self, layout: dict) -> torch.Tensor | None:
-        """On CUDA, the comparer's input buffer (opened anew: its layout changed) and its `go` and `done` events."""
+        """On CUDA, the comparer's input buffer (opened anew: its layout changed) and its `go` and `done` words."""
         if layout.get("device") != "cuda":
             return None
         if self.opened is not None:
             self.opened.close()
         self.device, self.opened = "cuda", ipc.Opened()
-        device = torch.cuda.current_device()
-        self.go, self.done = (torch.cuda.Event.from_ipc_handle(device, bytes.fromhex(layout["events"][k])) for k in ("go", "done"))
+        self.words = self.opened.open(layout["words"], 8, 4).data_ptr()
         return self.opened.open(layout["buffer"], int(layout["bytes"]), 512)  # the caching allocator's alignment
 
     def arm(self, seq: int, empty: bool = False) -> None:
@@ -110,11 +109,12 @@ class Server:
         while exchange.word(page, exchange.GO) != seq:
             pass
         self._load()
-        if self.go is not None:
-            torch.cuda.current_stream().wait_event(self.go)
+        stream = torch.cuda.current_stream().cuda_stream if self.words is not None else None
+        if stream is not None:
+            ipc.wait_word(stream, self.words, seq)  # `go`
         out = None if empty else self.call(self.inputs)
-        if self.done is not None:
-            self.done.record()
+        if stream is not None:
+            ipc.write_word(stream, self.words + 4, seq)  # `done`
         tensors = trials.as_tensors(out)
         exchange.write_outputs(ctl, _describe(tensors, self.device))
         exchange.put(ctl, exchange.DONE, seq)

@@ -4,7 +4,9 @@ The candidate's side exports the allocation that holds an output (a legacy IPC h
 comparer opens it read-only in its own context, after checking with the driver that the bytes it will read lie
 inside that allocation (a forged size would otherwise read out of bounds and kill the comparer's CUDA context).
 PyTorch's own IPC path is not used: it makes the receiver write a reference counter into a shared-memory file
-whose name and offset the sender chooses.
+whose name and offset the sender chooses. Nor are interprocess events: their handles resolve only through a
+/dev/shm both processes share, which no jailed child has. Two processes' streams order their work through
+32-bit words in IPC device memory instead (`wait_word`, `write_word`), which the driver resolves by itself.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import torch
 
 _HANDLE_BYTES = 64
 _LAZY_ENABLE_PEER_ACCESS = 1
+_WAIT_EQ = 0x1  # CU_STREAM_WAIT_VALUE_EQ
+WORD = 1 << 31  # a word holds a sequence number modulo this (an int32)
 
 
 class IpcError(RuntimeError):
@@ -28,7 +32,10 @@ class _Handle(ctypes.Structure):
 
 @functools.cache
 def _driver() -> ctypes.CDLL:
-    return ctypes.CDLL("libcuda.so.1")
+    lib = ctypes.CDLL("libcuda.so.1")
+    for name in ("cuStreamWaitValue32_v2", "cuStreamWriteValue32_v2"):
+        getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+    return lib
 
 
 def _call(name: str, *args) -> None:
@@ -51,6 +58,27 @@ def export(ptr: int) -> dict:
     handle = _Handle()
     _call("cuIpcGetMemHandle", ctypes.byref(handle), ctypes.c_uint64(base))
     return {"handle": ctypes.string_at(ctypes.addressof(handle), _HANDLE_BYTES).hex(), "offset": ptr - base}  # NULs included
+
+
+def wait_word(stream: int, ptr: int, seq: int) -> None:
+    """Stream `stream` (a CUstream) runs nothing more until the word at device address `ptr` holds `seq`: its
+    front end polls the word, taking no SM from anyone."""
+    _call("cuStreamWaitValue32_v2", ctypes.c_void_p(stream), ctypes.c_uint64(ptr), ctypes.c_uint32(seq % WORD),
+          ctypes.c_uint(_WAIT_EQ))
+
+
+def host_word(ptr: int) -> int:
+    """The device address of pinned host memory at `ptr`, which a stream can wait on (wait_word)."""
+    device_ptr = ctypes.c_uint64()
+    _call("cuMemHostGetDevicePointer_v2", ctypes.byref(device_ptr), ctypes.c_void_p(ptr), ctypes.c_uint(0))
+    return device_ptr.value
+
+
+def write_word(stream: int, ptr: int, seq: int) -> None:
+    """Stream `stream` writes `seq` into the word at `ptr` once its earlier work ended, behind a memory fence:
+    what that work wrote is visible to whoever sees the word."""
+    _call("cuStreamWriteValue32_v2", ctypes.c_void_p(stream), ctypes.c_uint64(ptr), ctypes.c_uint32(seq % WORD),
+          ctypes.c_uint(0))
 
 
 class _Bytes:

@@ -92,12 +92,19 @@ class Ring:
         self.armed, self.done = memory.Word(self.pid, control + exchange.ARMED), memory.Word(self.pid, control + exchange.DONE)
         self.inputs, self.alive, self.deadline, self.seq = exchange.map_file(inputs, writable=False), alive, deadline, 0
 
-    def wait(self, look, seq: int) -> None:
-        spins = 0
+    def wait(self, look, seq: int, patience_s: float | None = None) -> bool:
+        """Until `look()` reads `seq`: True; False once `patience_s` passed first (None: no patience, only the
+        candidate's deadline, which raises)."""
+        spins, until = 0, None if patience_s is None else time.monotonic() + patience_s
         while look() != seq:
             spins += 1
-            if spins % POLL == 0 and (time.monotonic() > self.deadline or not self.alive()):
-                raise Stalled(f"the forward server did not answer call {seq}")
+            if spins % POLL == 0:
+                now = time.monotonic()
+                if now > self.deadline or not self.alive():
+                    raise Stalled(f"the forward server did not answer call {seq}")
+                if until is not None and now > until:
+                    return False
+        return True
 
     def went(self) -> int:
         return exchange.word(self.inputs, exchange.GO)
