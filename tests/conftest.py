@@ -34,6 +34,20 @@ def scratch_postgres() -> Iterator[str]:
         admin.dispose()
 
 
+# Modules whose checks read speedups, paired timings or wall-clock budgets: scripts/test.sh runs them alone, after
+# the rest has run on parallel workers, so no other test's load lands in what they measure.
+TIMED_MODULES = frozenset({
+    "test_api.py", "test_attacks_on_kforge.py", "test_budgets.py", "test_evaluator.py", "test_harness_reach.py",
+    "test_pacing.py", "test_references.py", "test_reward_hacking.py", "test_service.py", "test_sharing.py",
+    "test_timing.py", "test_timing_trust.py", "test_trusted_timing.py"})
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        if item.path.name in TIMED_MODULES:
+            item.add_marker(pytest.mark.timed)
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'kforge.db'}"
@@ -89,7 +103,14 @@ CANDIDATES = Path(__file__).parent / "candidates"
 
 @pytest.fixture(scope="session")
 def build_root(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("builds")
+    """The run's build cache: $KFORGE_TEST_BUILD_ROOT where scripts/test.sh shares one between its parallel workers
+    and its serial part (the cache is made for kforges sharing it: one compile of a key at a time), else one of
+    this session's own."""
+    shared = os.environ.get("KFORGE_TEST_BUILD_ROOT")
+    if not shared:
+        return tmp_path_factory.mktemp("builds")
+    Path(shared).mkdir(parents=True, exist_ok=True)
+    return Path(shared)
 
 
 @pytest.fixture(scope="session")

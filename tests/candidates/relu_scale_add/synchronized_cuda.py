@@ -1,42 +1,28 @@
-"""The honest fused CUDA kernel of honest_cuda.py, which waits for the GPU inside its forward (a synchronize after
-the launch, as many generated kernels do to check their launch): a forward server cannot queue its call before
-the GPU ran it, so its head is let run and its window holds its host's time too."""
+"""An honest CUDA kernel for relu(x) * scale + y that waits for the GPU inside its forward (a synchronize after
+the launch, as many generated kernels do to check it): a forward server cannot queue its call before the GPU ran
+it, so its head is let run and its window holds its host's time too."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
-cuda_source = r"""
+_BODY = r"""
 #include <torch/extension.h>
-#include <c10/cuda/CUDAStream.h>
+#include <ATen/cuda/CUDAContext.h>
 
-__global__ void relu_scale_add_kernel(const float4* __restrict__ x, const float4* __restrict__ y,
-                                      float4* __restrict__ out, float s, int64_t n4) {
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= n4) return;
-    float4 a = x[i], b = y[i];
-    out[i] = make_float4(fmaxf(a.x, 0.f) * s + b.x, fmaxf(a.y, 0.f) * s + b.y,
-                         fmaxf(a.z, 0.f) * s + b.z, fmaxf(a.w, 0.f) * s + b.w);
+__global__ void rsa(const float* x, const float* y, float* out, float s, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = fmaxf(x[i], 0.f) * s + y[i];
 }
 
-torch::Tensor relu_scale_add(torch::Tensor x, torch::Tensor y, double scale) {
-    TORCH_CHECK(x.is_cuda() && x.scalar_type() == at::kFloat && y.sizes() == x.sizes(), "two float32 CUDA tensors");
-    auto xc = x.contiguous(), yc = y.contiguous();
-    TORCH_CHECK(xc.numel() % 4 == 0, "a multiple of four elements");
-    auto out = torch::empty_like(xc);
-    int64_t n4 = xc.numel() / 4;
-    int threads = 256;
-    int64_t blocks = (n4 + threads - 1) / threads;
-    relu_scale_add_kernel<<<blocks, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        reinterpret_cast<const float4*>(xc.data_ptr<float>()), reinterpret_cast<const float4*>(yc.data_ptr<float>()),
-        reinterpret_cast<float4*>(out.data_ptr<float>()), static_cast<float>(scale), n4);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+torch::Tensor run(torch::Tensor x, torch::Tensor y, double scale) {
+    auto out = torch::empty_like(x);
+    rsa<<<1024, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(),
+                                                            out.data_ptr<float>(), (float)scale, x.numel());
     return out;
 }
 """
-cpp_source = "torch::Tensor relu_scale_add(torch::Tensor x, torch::Tensor y, double scale);"
-
-ext = load_inline(name="relu_scale_add_cuda_synchronized", cpp_sources=cpp_source, cuda_sources=cuda_source,
-                  functions=["relu_scale_add"], extra_cuda_cflags=["-O3"], verbose=False)
+_DECL = "torch::Tensor run(torch::Tensor x, torch::Tensor y, double scale);"
+_ext = load_inline("relu_scale_add_cuda_synchronized", cpp_sources=_DECL, cuda_sources=_BODY, functions=["run"])
 
 
 class ModelNew(nn.Module):
@@ -45,6 +31,6 @@ class ModelNew(nn.Module):
         self.scale = scale
 
     def forward(self, x, y):
-        out = ext.relu_scale_add(x, y, self.scale)
+        out = _ext.run(x.contiguous(), y.contiguous(), self.scale)
         torch.cuda.synchronize()
         return out
