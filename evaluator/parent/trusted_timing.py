@@ -134,9 +134,8 @@ class TrustedTiming:
         ring, name = self._arm(side, empty), self.names[side]
         self.comparer.send(Fill(name=name, label=label, seq=ring.seq))
         try:
-            if self.released and not empty:
-                self.comparer.send(Release(name=name, seq=ring.seq))
-            elif not ring.wait(ring.done.get, ring.seq, PATIENCE_S):
+            held = empty or not self.released  # an empty call is the steps' own cost: always held
+            if not held or not ring.wait(ring.done.get, ring.seq, PATIENCE_S):
                 self.comparer.send(Release(name=name, seq=ring.seq))
                 self.released = True
             ring.wait(ring.done.get, ring.seq)
